@@ -1,0 +1,269 @@
+"""Finite groups that act on square images and on lifted tensors.
+
+A group here is a finite set of elements ``0 .. order-1`` with a Cayley table
+(``compose``), an action on image batches ``(B, C, H, W)``, and the induced
+action on *lifted* tensors ``(B, |G|, C, H, W)``.
+
+Lifting (see :class:`ella.nn.Lift`) stores, at group index ``h``, the image
+acted on by ``h``: ``lift(x)[:, h] = h . x``. Acting on the input with ``g``
+therefore only permutes the group axis::
+
+    lift(g . x)[:, h] = (h g) . x = lift(x)[:, h g]
+
+so ``g`` acts on a lifted tensor ``z`` by ``(g . z)[:, h] = z[:, h g]``. This
+is the "rotated-frame" representation of the ELLA reference code: no spatial
+transform is needed on lifted tensors, and every operation that treats the
+group copies identically (a shared filter, a pointwise nonlinearity, a
+per-sample downsampling whose choice does not depend on the order of copies)
+is exactly equivariant.
+
+Only :meth:`Group.act_on_image` depends on how elements move pixels, so a new
+group (for example an interpolated, approximately equivariant ``C_N``) needs
+a Cayley table and an image action, and nothing in :mod:`ella.nn` changes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from functools import cached_property
+
+import torch
+
+__all__ = [
+    "Group",
+    "MatrixGroup",
+    "TrivialGroup",
+    "CircularTranslations",
+    "C4",
+    "D4",
+    "get_group",
+    "available_groups",
+]
+
+
+class Group(ABC):
+    """A finite group acting on images.
+
+    Subclasses provide :attr:`order`, :meth:`compose` and :meth:`act_on_image`;
+    everything else (inverse, the lifted action, the regular permutations) is
+    derived from the Cayley table.
+    """
+
+    #: short name used by :func:`get_group`, e.g. ``"C4"``.
+    name: str = ""
+    #: whether :meth:`act_on_image` needs square images.
+    requires_square: bool = False
+
+    @property
+    @abstractmethod
+    def order(self) -> int:
+        """Number of elements |G|."""
+
+    @abstractmethod
+    def compose(self, a: int, b: int) -> int:
+        """Index of the product ``a b`` (act with ``b`` first, then ``a``)."""
+
+    @abstractmethod
+    def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        """Act with element ``g`` on a validated image batch (B, C, H, W)."""
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def elements(self) -> list[int]:
+        """Element indices ``0 .. order-1``; ``0`` is the identity."""
+        return list(range(self.order))
+
+    @property
+    def identity(self) -> int:
+        return 0
+
+    @cached_property
+    def cayley_table(self) -> torch.Tensor:
+        """(|G|, |G|) long tensor with ``table[a, b] = compose(a, b)``."""
+        n = self.order
+        return torch.tensor(
+            [[self.compose(a, b) for b in range(n)] for a in range(n)], dtype=torch.long
+        )
+
+    def inverse(self, g: int) -> int:
+        """Index of the inverse of ``g``."""
+        row = self.cayley_table[g]
+        return int((row == self.identity).nonzero()[0, 0])
+
+    def check_image(self, x: torch.Tensor) -> None:
+        """Raise a clear error if ``x`` is not an image batch this group can act on."""
+        if x.dim() != 4:
+            raise ValueError(
+                f"expected an image batch of shape (B, C, H, W), got shape {tuple(x.shape)}"
+            )
+        if self.requires_square and x.shape[-1] != x.shape[-2]:
+            raise ValueError(
+                f"group {self.name} rotates images and needs square images, got "
+                f"H x W = {x.shape[-2]} x {x.shape[-1]}; crop or pad the input to a square"
+            )
+
+    def act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        """Act with element ``g`` on an image batch.
+
+        Args:
+            g: element index in ``0 .. order-1``.
+            x: images of shape (B, C, H, W).
+
+        Returns:
+            ``g . x``, same shape as ``x``.
+        """
+        self._check_element(g)
+        self.check_image(x)
+        return self._act_on_image(g, x)
+
+    def lifted_permutation(self, g: int) -> torch.Tensor:
+        """Permutation ``p`` with ``(g . z)[:, h] = z[:, p[h]]``, i.e. ``p[h] = h g``."""
+        self._check_element(g)
+        return self.cayley_table[:, g].clone()
+
+    def act_on_lifted(self, g: int, z: torch.Tensor) -> torch.Tensor:
+        """Act with ``g`` on a lifted tensor (B, |G|, C, H, W) by permuting the group axis."""
+        if z.dim() != 5 or z.shape[1] != self.order:
+            raise ValueError(
+                f"expected a lifted tensor of shape (B, {self.order}, C, H, W) for group "
+                f"{self.name}, got shape {tuple(z.shape)}"
+            )
+        return z[:, self.lifted_permutation(g).to(z.device)]
+
+    def _check_element(self, g: int) -> None:
+        if not 0 <= int(g) < self.order:
+            raise ValueError(f"group {self.name} has elements 0..{self.order - 1}, got {g}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, order={self.order})"
+
+
+class TrivialGroup(Group):
+    """The group with one element; acts as the identity on any image."""
+
+    name = "trivial"
+
+    @property
+    def order(self) -> int:
+        return 1
+
+    def compose(self, a: int, b: int) -> int:
+        return 0
+
+    def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class MatrixGroup(Group):
+    """A finite group of exact pixel-grid symmetries given by 2x2 integer matrices.
+
+    Element ``k`` is ``R^r F^f`` for its ``(r, f)`` in :attr:`generators_powers`,
+    where ``R`` is a 90-degree counter-clockwise rotation (``torch.rot90`` on the
+    last two axes) and ``F`` a reflection of the width axis (``torch.flip``).
+    Composition is matrix multiplication, so the Cayley table is exact.
+    """
+
+    requires_square = True
+    _R = torch.tensor([[0, -1], [1, 0]])
+    _F = torch.tensor([[-1, 0], [0, 1]])
+
+    def __init__(self, name: str, powers: list[tuple[int, int]]):
+        self.name = name
+        self.generators_powers = powers
+        self._matrices = [
+            torch.linalg.matrix_power(self._R, r) @ torch.linalg.matrix_power(self._F, f)
+            for r, f in powers
+        ]
+        self._index = {tuple(m.flatten().tolist()): i for i, m in enumerate(self._matrices)}
+        if len(self._index) != len(powers):
+            raise ValueError(f"elements of {name} are not distinct")
+
+    @property
+    def order(self) -> int:
+        return len(self._matrices)
+
+    def compose(self, a: int, b: int) -> int:
+        product = self._matrices[a] @ self._matrices[b]
+        try:
+            return self._index[tuple(product.flatten().tolist())]
+        except KeyError:  # pragma: no cover - only for a malformed element list
+            raise ValueError(f"{self.name} is not closed under composition") from None
+
+    def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        r, f = self.generators_powers[g]
+        if f:
+            x = torch.flip(x, dims=(-1,))
+        return torch.rot90(x, k=r, dims=(-2, -1))
+
+
+class CircularTranslations(Group):
+    """Circular pixel shifts of an ``H x W`` grid (the group Z_H x Z_W).
+
+    Element ``g`` is the shift ``(dy, dx) = divmod(g, W)``, acting with
+    ``torch.roll``. It acts on lifted tensors by shifting every group copy in
+    the same way (it commutes with a rotation group's permutation of copies
+    only through a CONV or GCONV path, which is what the tests check). Used to
+    test the translation equivariance of CONV paths.
+    """
+
+    name = "translations"
+
+    def __init__(self, height: int, width: int):
+        self.height, self.width = int(height), int(width)
+
+    @property
+    def order(self) -> int:
+        return self.height * self.width
+
+    def shift(self, g: int) -> tuple[int, int]:
+        """The ``(dy, dx)`` shift of element ``g``."""
+        return divmod(int(g), self.width)
+
+    def compose(self, a: int, b: int) -> int:
+        (ya, xa), (yb, xb) = self.shift(a), self.shift(b)
+        return ((ya + yb) % self.height) * self.width + (xa + xb) % self.width
+
+    def _roll(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        if tuple(x.shape[-2:]) != (self.height, self.width):
+            raise ValueError(
+                f"translations of a {self.height}x{self.width} grid cannot act on size "
+                f"{tuple(x.shape[-2:])}"
+            )
+        return torch.roll(x, shifts=self.shift(g), dims=(-2, -1))
+
+    def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        return self._roll(g, x)
+
+    def act_on_lifted(self, g: int, z: torch.Tensor) -> torch.Tensor:
+        self._check_element(g)
+        return self._roll(g, z)
+
+
+def C4() -> MatrixGroup:
+    """Cyclic group of the four 90-degree rotations (``rot90``)."""
+    return MatrixGroup("C4", [(r, 0) for r in range(4)])
+
+
+def D4() -> MatrixGroup:
+    """Dihedral group of the square: four rotations and four reflections."""
+    return MatrixGroup("D4", [(r, f) for f in range(2) for r in range(4)])
+
+
+_REGISTRY = {"trivial": TrivialGroup, "C4": C4, "D4": D4}
+
+
+def available_groups() -> list[str]:
+    """Names accepted by :func:`get_group`."""
+    return list(_REGISTRY)
+
+
+def get_group(group: str | Group) -> Group:
+    """Return a group from its name (``"trivial"``, ``"C4"``, ``"D4"``) or pass one through."""
+    if isinstance(group, Group):
+        return group
+    key = {name.lower(): name for name in _REGISTRY}.get(str(group).lower())
+    if key is None:
+        raise ValueError(
+            f"unknown group {group!r}; available groups: {', '.join(available_groups())}"
+        )
+    return _REGISTRY[key]()

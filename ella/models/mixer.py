@@ -1,0 +1,191 @@
+"""Ready image classifiers built from relaxed layers (one builder for every path mix)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ella.groups import Group, get_group
+from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
+from ella.nn._checks import as_size
+from ella.nn.paths import FCMode, GConvMode
+
+#: (channel multiplier of ``width``, stride) per layer, as in the ELLA paper's
+#: 8-layer "mixer" for 32x32 images: 32 -> 16 -> 8 -> 4 -> 2 -> 1.
+DEFAULT_BLOCKS: tuple[tuple[int, int], ...] = (
+    (1, 1),
+    (2, 2),
+    (2, 1),
+    (4, 2),
+    (4, 1),
+    (8, 2),
+    (8, 2),
+    (16, 2),
+)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Shape of one relaxed layer inside a :class:`Mixer`."""
+
+    name: str
+    in_channels: int
+    out_channels: int
+    in_size: tuple[int, int]
+    stride: int
+
+
+def plan_layers(
+    in_channels: int,
+    image_size: tuple[int, int],
+    width: int,
+    blocks: Sequence[tuple[int, int]],
+) -> list[LayerSpec]:
+    """Channel and size plan of the relaxed layers.
+
+    A stride-2 block whose input has an odd side (e.g. 7x7 after 28 -> 14 -> 7)
+    keeps stride 1, so 28x28 and 32x32 inputs use the same block list.
+    """
+    specs, c, size = [], in_channels, image_size
+    for i, (mult, stride) in enumerate(blocks, start=1):
+        if stride == 2 and (size[0] % 2 or size[1] % 2 or min(size) < 2):
+            stride = 1
+        out_c = mult * width
+        specs.append(LayerSpec(f"layer{i}", c, out_c, size, stride))
+        c, size = out_c, (size[0] // stride, size[1] // stride)
+    return specs
+
+
+class Mixer(nn.Module):
+    """Lift -> relaxed layers -> group pool -> global average -> MLP head.
+
+    Maps images (B, C, H, W) to logits (B, num_classes). With only GCONV paths
+    the logits are exactly invariant to the group (the group pool removes the
+    permutation of copies; everything after it sees an invariant tensor).
+
+    Submodules: ``lift``, ``layers`` (``layer1`` ... ``layerN``, each a
+    :class:`~ella.nn.RelaxedLayer`), ``pool``, ``head`` (Linear, ReLU, Linear).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        paths: Sequence[str] = PATH_NAMES,
+        width: int = 2,
+        blocks: Sequence[tuple[int, int]] = DEFAULT_BLOCKS,
+        kernel_size: int = 3,
+        fc_mode: FCMode = "factorized",
+        gconv_mode: GConvMode = "full",
+        pool: str = "max",
+        head_multiplier: int = 4,
+    ):
+        super().__init__()
+        if in_channels < 1 or num_classes < 1 or width < 1:
+            raise ValueError(
+                f"in_channels, num_classes and width must be positive, got "
+                f"{in_channels}, {num_classes}, {width}"
+            )
+        if not blocks:
+            raise ValueError("a mixer needs at least one block")
+        self.group = get_group(group)
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.image_size = as_size(image_size)
+        self.specs = plan_layers(in_channels, self.image_size, width, blocks)
+        self.lift = Lift(self.group, in_channels)
+        self.layers = nn.ModuleDict(
+            {
+                s.name: RelaxedLayer(
+                    s.in_channels,
+                    s.out_channels,
+                    s.in_size,
+                    group=self.group,
+                    paths=paths,
+                    kernel_size=kernel_size,
+                    stride=s.stride,
+                    fc_mode=fc_mode,
+                    gconv_mode=gconv_mode,
+                )
+                for s in self.specs
+            }
+        )
+        self.pool = GroupPool(self.group, mode=pool)
+        features = self.specs[-1].out_channels
+        self.head = nn.Sequential(
+            nn.Linear(features, head_multiplier * features),
+            nn.ReLU(),
+            nn.Linear(head_multiplier * features, num_classes),
+        )
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        return next(iter(self.layers.values())).path_names
+
+    def check_input(self, x: torch.Tensor) -> None:
+        if x.dim() != 4:
+            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
+        if x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"this mixer was built for {self.in_channels} input channel(s), got {x.shape[1]}"
+            )
+        if tuple(x.shape[-2:]) != self.image_size:
+            raise ValueError(
+                f"this mixer was built for {self.image_size[0]}x{self.image_size[1]} images, "
+                f"got {x.shape[-2]}x{x.shape[-1]}"
+            )
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Invariant features (B, C_last) before the head."""
+        self.check_input(x)
+        z = self.lift(x)
+        for layer in self.layers.values():
+            z = layer(z)
+        return self.pool(z).mean(dim=(-2, -1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def invariance_error(self, x: torch.Tensor | None = None) -> float:
+        """Largest change of the logits under the group, on ``x`` or random images."""
+        from ella.testing import equivariance_errors
+
+        if x is None:
+            x = torch.randn(4, self.in_channels, *self.image_size)
+        return max(equivariance_errors(self, self.group, x).values())
+
+
+def mixer(
+    in_channels: int,
+    num_classes: int,
+    image_size: int | tuple[int, int],
+    group: str | Group = "C4",
+    paths: Sequence[str] = PATH_NAMES,
+    width: int = 2,
+    **kwargs,
+) -> Mixer:
+    """Build a :class:`Mixer` image classifier.
+
+    FC-only, CONV-only, GCONV-only and mixed networks differ only in ``paths``.
+
+    Args:
+        in_channels: image channels (1 for MNIST, 3 for CIFAR).
+        num_classes: number of logits.
+        image_size: ``S`` or ``(H, W)``; 28 and 32 are the usual sizes.
+        group: group the input is lifted to (``"trivial"``, ``"C4"``, ``"D4"``).
+        paths: non-empty subset of ``("fc", "conv", "gconv")``.
+        width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
+        **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
+            ``fc_mode``, ``gconv_mode``, ``pool``, ``head_multiplier``).
+
+    Example:
+        >>> model = mixer(1, 10, 28, group="C4", paths=("fc", "conv", "gconv"))
+        >>> model(torch.randn(8, 1, 28, 28)).shape
+        torch.Size([8, 10])
+    """
+    return Mixer(in_channels, num_classes, image_size, group, paths, width, **kwargs)

@@ -1,0 +1,67 @@
+"""Lifting images to the group and pooling over the group axis."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ella.groups import Group, get_group
+
+
+class Lift(nn.Module):
+    """Lift images (B, C, H, W) to (B, |G|, C, H, W) by acting with every element.
+
+    ``Lift(G)(x)[:, h] = h . x``. Acting with ``g`` on the input permutes the
+    group axis of the output (see :mod:`ella.groups`), which is what every
+    GCONV path is equivariant to.
+
+    Args:
+        group: a :class:`~ella.groups.Group` or its name.
+        in_channels: if given, the number of channels the input must have.
+    """
+
+    def __init__(self, group: str | Group = "C4", in_channels: int | None = None):
+        super().__init__()
+        self.group = get_group(group)
+        self.in_channels = in_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.group.check_image(x)
+        if self.in_channels is not None and x.shape[1] != self.in_channels:
+            raise ValueError(f"Lift: expected {self.in_channels} input channels, got {x.shape[1]}")
+        return torch.stack([self.group.act_on_image(g, x) for g in self.group.elements], dim=1)
+
+    def extra_repr(self) -> str:
+        return f"group={self.group.name}"
+
+
+class GroupPool(nn.Module):
+    """Pool over the group axis: (B, |G|, C, H, W) -> (B, C, H, W).
+
+    The result is invariant to the group acting on the lifted input, because
+    that action only permutes the group axis.
+
+    Args:
+        group: a :class:`~ella.groups.Group` or its name.
+        mode: ``"max"`` or ``"mean"``.
+    """
+
+    def __init__(self, group: str | Group = "C4", mode: Literal["max", "mean"] = "max"):
+        super().__init__()
+        if mode not in ("max", "mean"):
+            raise ValueError(f"GroupPool mode must be 'max' or 'mean', got {mode!r}")
+        self.group = get_group(group)
+        self.mode = mode
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if z.dim() != 5 or z.shape[1] != self.group.order:
+            raise ValueError(
+                f"GroupPool: expected a lifted tensor (B, {self.group.order}, C, H, W), "
+                f"got shape {tuple(z.shape)}"
+            )
+        return z.amax(dim=1) if self.mode == "max" else z.mean(dim=1)
+
+    def extra_repr(self) -> str:
+        return f"group={self.group.name}, mode={self.mode}"

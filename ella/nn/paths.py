@@ -1,0 +1,266 @@
+"""The three kinds of path of a relaxed layer, on lifted tensors (B, |G|, C, H, W).
+
+Every parameter is the weight or bias of an ``nn.Linear`` or ``nn.Conv2d``
+called as ``module(x)``; symmetry lives in parameter-free reshapes and
+gathers around those modules. This is what lets the stock Kronecker-factored
+curvature backends of laplace-torch (ASDL, Curvlinops) handle every path:
+sharing a filter over the group copies is presented to them as a larger batch
+(KFAC "expand" over the group axis).
+
+Paths (van der Ouderaa et al., "Learning Layer-wise Equivariances
+Automatically using Gradients", NeurIPS 2023, Sec. 3):
+
+* :class:`FCPath` -- fully connected between whole feature maps, no symmetry.
+* :class:`ConvPath` -- convolution over space that mixes the group copies:
+  equivariant to (circular) translations only.
+* :class:`GConvPath` -- group convolution: exactly equivariant to the group.
+
+A path with ``stride=2`` computes at full resolution and keeps one polyphase
+component per sample (:mod:`ella.nn.downsample`); the FC path maps straight to
+the smaller output grid.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ella.groups import Group, get_group
+from ella.nn._checks import as_size, check_lifted
+from ella.nn.downsample import polyphase_downsample
+
+FCMode = Literal["factorized", "dense"]
+GConvMode = Literal["full", "shared"]
+
+
+class Path(nn.Module):
+    """Common interface: a map (B, |G|, C_in, H, W) -> (B, |G|, C_out, H/s, W/s)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group,
+        stride: int,
+    ):
+        super().__init__()
+        if in_channels < 1 or out_channels < 1:
+            raise ValueError(
+                f"channel counts must be positive, got in={in_channels}, out={out_channels}"
+            )
+        if stride not in (1, 2):
+            raise ValueError(f"stride must be 1 or 2, got {stride}")
+        self.group = get_group(group)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.in_size = as_size(image_size)
+        if self.group.requires_square and self.in_size[0] != self.in_size[1]:
+            raise ValueError(
+                f"group {self.group.name} rotates images and needs square images, "
+                f"got image_size {self.in_size}"
+            )
+        if stride == 2 and (self.in_size[0] % 2 or self.in_size[1] % 2):
+            raise ValueError(f"stride 2 needs an even image size, got {self.in_size}")
+        self.stride = stride
+        self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
+
+    def check_input(self, z: torch.Tensor) -> None:
+        check_lifted(
+            z,
+            order=self.group.order,
+            channels=self.in_channels,
+            size=self.in_size,
+            where=type(self).__name__,
+        )
+
+    def _downsample(self, z: torch.Tensor) -> torch.Tensor:
+        return polyphase_downsample(z) if self.stride == 2 else z
+
+    def extra_repr(self) -> str:
+        return (
+            f"in={self.in_channels}, out={self.out_channels}, size={self.in_size}"
+            f"->{self.out_size}, group={self.group.name}"
+        )
+
+
+def _init_conv(conv: nn.Conv2d) -> nn.Conv2d:
+    nn.init.kaiming_uniform_(conv.weight, nonlinearity="relu")
+    if conv.bias is not None:
+        nn.init.zeros_(conv.bias)
+    return conv
+
+
+def _check_kernel(kernel_size: int) -> int:
+    if kernel_size < 1 or kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size must be a positive odd number, got {kernel_size}")
+    return kernel_size
+
+
+class ConvPath(Path):
+    """CONV path: one ``Conv2d`` over all group copies as channels (circular padding).
+
+    Shapes: (B, G, C_in, H, W) -> reshape (B, G*C_in, H, W) -> ``Conv2d(G*C_in,
+    G*C_out)`` -> (B, G, C_out, H, W). Translation equivariant, not group
+    equivariant: the copies are mixed with unrelated weights.
+
+    Parameters: ``(G C_in) (G C_out) k^2 + G C_out``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        kernel_size: int = 3,
+        stride: int = 1,
+    ):
+        super().__init__(in_channels, out_channels, image_size, group, stride)
+        k = _check_kernel(kernel_size)
+        g = self.group.order
+        self.conv = _init_conv(
+            nn.Conv2d(g * in_channels, g * out_channels, k, padding=k // 2, padding_mode="circular")
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        self.check_input(z)
+        b, g, c, h, w = z.shape
+        out = self.conv(z.reshape(b, g * c, h, w)).reshape(b, g, self.out_channels, h, w)
+        return self._downsample(out)
+
+
+class GConvPath(Path):
+    """GCONV path: group convolution on the lifted tensor, exactly equivariant.
+
+    ``mode="shared"``: one ``Conv2d(C_in, C_out)`` applied to every group copy
+    (the copies are folded into the batch); ``out[h] = W * z[h]``.
+
+    ``mode="full"``: the regular-representation group convolution
+    ``out[h] = sum_k W_k * z[k h]``: for each output copy ``h`` the input
+    copies are gathered in the order ``k h`` (a parameter-free permutation
+    from the Cayley table), stacked as channels, and one
+    ``Conv2d(G*C_in, C_out)`` is applied with the copies folded into the batch.
+    Acting with ``g`` maps ``z[k h]`` to ``z[k h g]``, so ``out`` is permuted
+    exactly like its input.
+
+    Parameters: ``C_in C_out k^2 + C_out`` (shared) or ``G C_in C_out k^2 +
+    C_out`` (full).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        kernel_size: int = 3,
+        stride: int = 1,
+        mode: GConvMode = "full",
+    ):
+        super().__init__(in_channels, out_channels, image_size, group, stride)
+        if mode not in ("full", "shared"):
+            raise ValueError(f"GConvPath mode must be 'full' or 'shared', got {mode!r}")
+        k = _check_kernel(kernel_size)
+        self.mode = mode
+        fan_copies = self.group.order if mode == "full" else 1
+        self.conv = _init_conv(
+            nn.Conv2d(
+                fan_copies * in_channels, out_channels, k, padding=k // 2, padding_mode="circular"
+            )
+        )
+        # gather[h, k] = index of k h: input copy k seen from output copy h.
+        table = self.group.cayley_table
+        self.register_buffer("gather", table.t().contiguous(), persistent=False)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        self.check_input(z)
+        b, g, c, h, w = z.shape
+        if self.mode == "full":
+            z = z[:, self.gather]  # (B, G_out, G_in, C, H, W)
+            z = z.reshape(b * g, g * c, h, w)
+        else:
+            z = z.reshape(b * g, c, h, w)
+        out = self.conv(z).reshape(b, g, self.out_channels, h, w)
+        return self._downsample(out)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mode={self.mode}"
+
+
+class FCPath(Path):
+    """FC path: a fully connected map between whole feature maps.
+
+    The group copies count as channels: ``C_i = G C_in`` and ``C_o = G C_out``;
+    ``S_in = H W`` and ``S_out = H' W'`` are the pixel counts.
+
+    ``mode="factorized"`` (default) implements the weight
+    ``W[o, i, y, x] = V[y, (o, i)] U[o, (i, x)]`` of the ELLA paper in two stages:
+
+    1. for every input channel ``i``, ``nn.Linear(S_in, C_o, bias=False)``
+       (weights ``U[:, i, :]``) gives ``t[:, o, i] = sum_x U[o, i, x] z[i, x]``;
+    2. for every output channel ``o``, ``nn.Linear(C_i, S_out)`` (weights
+       ``V[:, o, :]``, bias per output pixel) gives
+       ``out[o, y] = sum_i V[y, o, i] t[o, i] + b[o, y]``.
+
+    That is ``C_i C_o (S_in + S_out) + C_o S_out`` parameters instead of
+    ``C_i C_o S_in S_out``. Using one linear map per channel (rather than a
+    single ``nn.Linear`` on block-diagonal inputs, as the reference code does)
+    gives KFAC blocks of size ``S_in^2`` and ``C_o^2`` per input channel and
+    ``C_i^2`` and ``S_out^2`` per output channel, instead of one dense
+    ``(C_i S_in)^2`` input factor, and it never materialises the
+    block-diagonal input of ``B C_i^2 S_in`` numbers. See
+    ``benchmarks/fc_structure.py`` for the measured comparison.
+
+    ``mode="dense"``: one ``nn.Linear(C_i S_in, C_o S_out)``; only for small sizes.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        stride: int = 1,
+        mode: FCMode = "factorized",
+    ):
+        super().__init__(in_channels, out_channels, image_size, group, stride)
+        if mode not in ("factorized", "dense"):
+            raise ValueError(f"FCPath mode must be 'factorized' or 'dense', got {mode!r}")
+        self.mode = mode
+        g = self.group.order
+        c_in, c_out = g * in_channels, g * out_channels
+        s_in = self.in_size[0] * self.in_size[1]
+        s_out = self.out_size[0] * self.out_size[1]
+        if mode == "dense":
+            self.linear = nn.Linear(c_in * s_in, c_out * s_out)
+            nn.init.normal_(self.linear.weight, std=math.sqrt(2.0 / (c_in * s_in)))
+            nn.init.zeros_(self.linear.bias)
+        else:
+            # Variance preserving: Var[t] = Var[z]; Var[out] = 2 Var[z] (ReLU gain).
+            self.pixel_maps = nn.ModuleList(
+                [nn.Linear(s_in, c_out, bias=False) for _ in range(c_in)]
+            )
+            self.channel_maps = nn.ModuleList([nn.Linear(c_in, s_out) for _ in range(c_out)])
+            for lin in self.pixel_maps:
+                nn.init.normal_(lin.weight, std=math.sqrt(1.0 / s_in))
+            for lin in self.channel_maps:
+                nn.init.normal_(lin.weight, std=math.sqrt(2.0 / c_in))
+                nn.init.zeros_(lin.bias)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        self.check_input(z)
+        b, g, c, h, w = z.shape
+        x = z.reshape(b, g * c, h * w)
+        if self.mode == "dense":
+            out = self.linear(x.reshape(b, -1))
+        else:
+            t = torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], dim=2)
+            out = torch.stack([m(t[:, o]) for o, m in enumerate(self.channel_maps)], dim=1)
+        return out.reshape(b, g, self.out_channels, *self.out_size)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mode={self.mode}"

@@ -1,0 +1,130 @@
+"""The relaxed-equivariant layer: FC, CONV and GCONV paths side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ella.groups import Group, get_group
+from ella.nn._checks import as_size, check_lifted
+from ella.nn.paths import ConvPath, FCMode, FCPath, GConvMode, GConvPath
+
+#: Path names, in the order a layer holds them.
+PATH_NAMES: tuple[str, ...] = ("fc", "conv", "gconv")
+
+
+def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
+    """Validate and normalise a collection of path names."""
+    if isinstance(paths, str):
+        paths = (paths,)
+    paths = tuple(paths)
+    if not paths:
+        raise ValueError(f"a layer needs at least one path; choose from {PATH_NAMES}")
+    unknown = [p for p in paths if p not in PATH_NAMES]
+    if unknown:
+        raise ValueError(f"unknown path name(s) {unknown}; choose from {PATH_NAMES}")
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"path names must not repeat, got {paths}")
+    return tuple(p for p in PATH_NAMES if p in paths)
+
+
+class RelaxedLayer(nn.Module):
+    """A layer whose FC, CONV and GCONV paths run in parallel on a lifted tensor.
+
+    ``out = relu(mean_p path_p(z))`` for the chosen paths ``p``
+    (van der Ouderaa et al., NeurIPS 2023). Each path's parameters are kept
+    apart (``layer.paths["gconv"]`` ...), so a prior can be attached per
+    layer and path: shrinking a path's prior variance to zero switches it off
+    and leaves the symmetry of the remaining paths.
+
+    Args:
+        in_channels: channels per group copy of the input.
+        out_channels: channels per group copy of the output.
+        image_size: input size ``S`` or ``(H, W)``.
+        group: a :class:`~ella.groups.Group` or its name (``"trivial"``, ``"C4"``, ``"D4"``).
+        paths: any non-empty subset of ``("fc", "conv", "gconv")``.
+        kernel_size: odd kernel size of the CONV and GCONV paths.
+        stride: 1, or 2 for per-sample polyphase downsampling.
+        fc_mode: ``"factorized"`` or ``"dense"`` (see :class:`~ella.nn.FCPath`).
+        gconv_mode: ``"full"`` or ``"shared"`` (see :class:`~ella.nn.GConvPath`).
+        activation: apply a ReLU after averaging the paths.
+
+    Shapes:
+        input (B, |G|, in_channels, H, W) -> output (B, |G|, out_channels, H/stride, W/stride).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        paths: Sequence[str] = PATH_NAMES,
+        kernel_size: int = 3,
+        stride: int = 1,
+        fc_mode: FCMode = "factorized",
+        gconv_mode: GConvMode = "full",
+        activation: bool = True,
+    ):
+        super().__init__()
+        self.group = get_group(group)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.in_size = as_size(image_size)
+        self.stride = stride
+        self.activation = activation
+        common = dict(
+            in_channels=in_channels,
+            out_channels=out_channels,
+            image_size=self.in_size,
+            group=self.group,
+            stride=stride,
+        )
+        builders = {
+            "fc": lambda: FCPath(**common, mode=fc_mode),
+            "conv": lambda: ConvPath(**common, kernel_size=kernel_size),
+            "gconv": lambda: GConvPath(**common, kernel_size=kernel_size, mode=gconv_mode),
+        }
+        self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
+        self.out_size = next(iter(self.paths.values())).out_size
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        return tuple(self.paths.keys())
+
+    def path_parameters(self, name: str) -> list[nn.Parameter]:
+        """Parameters of one path (``"fc"``, ``"conv"`` or ``"gconv"``)."""
+        if name not in self.paths:
+            raise KeyError(f"this layer has paths {self.path_names}, not {name!r}")
+        return list(self.paths[name].parameters())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        check_lifted(
+            z,
+            order=self.group.order,
+            channels=self.in_channels,
+            size=self.in_size,
+            where="RelaxedLayer",
+        )
+        out = torch.stack([path(z) for path in self.paths.values()]).mean(dim=0)
+        return torch.relu(out) if self.activation else out
+
+    def equivariance_error(self, z: torch.Tensor | None = None) -> float:
+        """Largest deviation ``|f(g z) - g f(z)|`` over the group, on ``z`` or a random input.
+
+        About zero (float tolerance) when the layer has only a GCONV path.
+        """
+        from ella.testing import equivariance_errors
+
+        if z is None:
+            z = torch.randn(2, self.group.order, self.in_channels, *self.in_size)
+        errors = equivariance_errors(self, self.group, z, in_action="lifted", out_action="lifted")
+        return max(errors.values())
+
+    def extra_repr(self) -> str:
+        return (
+            f"in={self.in_channels}, out={self.out_channels}, size={self.in_size}->{self.out_size}, "
+            f"group={self.group.name}, paths={self.path_names}"
+        )

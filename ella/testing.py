@@ -1,0 +1,98 @@
+"""Checking symmetry by acting with the group (used by ella's own tests, and yours).
+
+``assert_equivariant`` compares ``f(g . x)`` with ``g . f(x)`` for every
+element ``g``, where each side's action is chosen by name:
+
+* ``"image"``: the group's action on (B, C, H, W) batches;
+* ``"lifted"``: its action on lifted tensors (B, |G|, C, H, W);
+* ``"invariant"``: the trivial action (output unchanged), for invariance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+import torch
+
+from ella.groups import Group, get_group
+
+Action = Literal["image", "lifted", "invariant"]
+
+
+def _action(group: Group, kind: Action) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    if kind == "image":
+        return group.act_on_image
+    if kind == "lifted":
+        return group.act_on_lifted
+    if kind == "invariant":
+        return lambda g, x: x
+    raise ValueError(f"unknown action {kind!r}; use 'image', 'lifted' or 'invariant'")
+
+
+@torch.no_grad()
+def equivariance_errors(
+    module: Callable[[torch.Tensor], torch.Tensor],
+    group: str | Group,
+    x: torch.Tensor,
+    *,
+    in_action: Action = "image",
+    out_action: Action = "invariant",
+    elements: Iterable[int] | None = None,
+) -> dict[int, float]:
+    """Max absolute deviation ``|f(g x) - g f(x)|`` for each group element.
+
+    Args:
+        module: the function or module to check (put it in eval mode yourself
+            if it behaves differently in training).
+        group: the group, or its name.
+        x: input batch.
+        in_action: how the group acts on the input.
+        out_action: how the group acts on the output.
+        elements: elements to check; all by default.
+
+    Returns:
+        ``{g: max |f(g x) - g f(x)|}``.
+    """
+    group = get_group(group)
+    act_in, act_out = _action(group, in_action), _action(group, out_action)
+    fx = module(x)
+    elements = group.elements if elements is None else list(elements)
+    return {
+        g: float((module(act_in(g, x)) - act_out(g, fx)).abs().max()) for g in elements
+    }
+
+
+def assert_equivariant(
+    module: Callable[[torch.Tensor], torch.Tensor],
+    group: str | Group,
+    x: torch.Tensor,
+    *,
+    in_action: Action = "image",
+    out_action: Action = "invariant",
+    elements: Iterable[int] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> dict[int, float]:
+    """Assert ``f(g x) == g f(x)`` for every element, within ``atol + rtol * max|f(x)|``.
+
+    Raises:
+        AssertionError: naming the worst element and its deviation.
+
+    Returns:
+        The per-element deviations, as :func:`equivariance_errors`.
+    """
+    group = get_group(group)
+    errors = equivariance_errors(
+        module, group, x, in_action=in_action, out_action=out_action, elements=elements
+    )
+    with torch.no_grad():
+        scale = float(module(x).abs().max())
+    tol = atol + rtol * scale
+    worst = max(errors, key=errors.get)
+    if errors[worst] > tol:
+        raise AssertionError(
+            f"not equivariant under {group.name}: element {worst} deviates by "
+            f"{errors[worst]:.3g} > tolerance {tol:.3g} (all: {errors})"
+        )
+    return errors
