@@ -58,9 +58,7 @@ def equivariance_errors(
     act_in, act_out = _action(group, in_action), _action(group, out_action)
     fx = module(x)
     elements = group.elements if elements is None else list(elements)
-    return {
-        g: float((module(act_in(g, x)) - act_out(g, fx)).abs().max()) for g in elements
-    }
+    return {g: float((module(act_in(g, x)) - act_out(g, fx)).abs().max()) for g in elements}
 
 
 def assert_equivariant(

@@ -125,6 +125,7 @@ class RelaxedLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"in={self.in_channels}, out={self.out_channels}, size={self.in_size}->{self.out_size}, "
+            f"in={self.in_channels}, out={self.out_channels}, "
+            f"size={self.in_size}->{self.out_size}, "
             f"group={self.group.name}, paths={self.path_names}"
         )

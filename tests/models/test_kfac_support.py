@@ -1,0 +1,35 @@
+"""Every ella layer is supported by the stock KFAC backends of laplace-torch."""
+
+import pytest
+import torch
+from laplace import KronLaplace
+from laplace.curvature import AsdlGGN, CurvlinopsGGN
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella.models import mixer
+
+
+@pytest.fixture
+def float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("gconv_mode", ["full", "shared"])
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_kron_laplace_backends_agree(float64, gconv_mode, group):
+    model = mixer(1, 3, 6, group=group, width=1, blocks=((1, 1), (2, 2)), gconv_mode=gconv_mode)
+    x, y = torch.randn(12, 1, 6, 6), torch.randint(0, 3, (12,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=5)
+    n_tensors = len(list(model.parameters()))
+    prior = torch.linspace(0.5, 2.0, n_tensors)
+    marglik = {}
+    for backend in (AsdlGGN, CurvlinopsGGN):
+        la = KronLaplace(model, "classification", backend=backend, prior_precision=prior)
+        la.fit(loader)
+        assert len(la.H_facs.kfacs) == n_tensors, backend.__name__
+        marglik[backend.__name__] = la.log_marginal_likelihood().item()
+    asdl, curvlinops = marglik["AsdlGGN"], marglik["CurvlinopsGGN"]
+    assert asdl == pytest.approx(curvlinops, rel=1e-6)

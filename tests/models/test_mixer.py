@@ -1,0 +1,67 @@
+import itertools
+
+import pytest
+import torch
+
+from ella.models import mixer
+from ella.testing import assert_equivariant, equivariance_errors
+
+PATH_COMBOS = [
+    combo for r in (1, 2, 3) for combo in itertools.combinations(("fc", "conv", "gconv"), r)
+]
+
+
+@pytest.mark.parametrize("paths", PATH_COMBOS, ids="+".join)
+@pytest.mark.parametrize("shape", [(1, 28), (1, 32), (3, 32)], ids=["1x28", "1x32", "3x32"])
+def test_builds_and_maps_images_to_logits(paths, shape):
+    channels, size = shape
+    model = mixer(channels, 10, size, group="C4", paths=paths, width=1)
+    out = model(torch.randn(2, channels, size, size))
+    assert out.shape == (2, 10)
+    assert model.path_names == paths
+    assert all(layer.path_names == paths for layer in model.layers.values())
+
+
+def test_layer_plan():
+    model = mixer(1, 10, 32, width=2)
+    sizes = [layer.in_size[0] for layer in model.layers.values()]
+    assert sizes == [32, 32, 16, 16, 8, 8, 4, 2]
+    assert [layer.out_channels for layer in model.layers.values()] == [2, 4, 4, 8, 8, 16, 16, 32]
+    # 28 -> 14 -> 7, then odd sizes keep stride 1
+    assert mixer(1, 10, 28).layers["layer8"].out_size == (7, 7)
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("shape", [(1, 28), (3, 32)], ids=["1x28", "3x32"])
+def test_gconv_only_mixer_is_invariant(group, shape):
+    channels, size = shape
+    model = mixer(channels, 10, size, group=group, paths=("gconv",), width=2)
+    x = torch.randn(4, channels, size, size)
+    assert_equivariant(model, group, x, atol=1e-5, rtol=1e-4)
+    assert model.invariance_error(x) < 1e-4
+
+
+@pytest.mark.parametrize("paths", [("fc",), ("conv",), ("fc", "conv")], ids="+".join)
+def test_fc_and_conv_mixers_are_not_rotation_invariant(paths):
+    model = mixer(1, 10, 32, group="C4", paths=paths, width=2)
+    x = torch.randn(4, 1, 32, 32)
+    with torch.no_grad():
+        scale = model(x).abs().max().item()
+    errors = equivariance_errors(model, "C4", x)
+    assert min(errors[g] for g in (1, 2, 3)) > 1e-2 * scale
+
+
+def test_bad_input():
+    model = mixer(1, 10, 28)
+    with pytest.raises(ValueError, match="built for 1 input channel"):
+        model(torch.randn(2, 3, 28, 28))
+    with pytest.raises(ValueError, match="built for 28x28 images, got 32x32"):
+        model(torch.randn(2, 1, 32, 32))
+    with pytest.raises(ValueError, match=r"expected images \(B, C, H, W\)"):
+        model(torch.randn(2, 28, 28))
+    with pytest.raises(ValueError, match="square"):
+        mixer(1, 10, (28, 32), group="C4")
+    with pytest.raises(ValueError, match="unknown group"):
+        mixer(1, 10, 28, group="O3")
+    with pytest.raises(ValueError, match="unknown path"):
+        mixer(1, 10, 28, paths=("fc", "attention"))

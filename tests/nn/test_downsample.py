@@ -1,0 +1,54 @@
+import pytest
+import torch
+
+from ella.groups import CircularTranslations, get_group
+from ella.nn import polyphase_downsample
+from ella.testing import assert_equivariant
+
+
+def test_shape():
+    assert polyphase_downsample(torch.randn(3, 4, 2, 8, 6)).shape == (3, 4, 2, 4, 3)
+
+
+def test_choice_is_per_sample():
+    """A sample's output must not depend on the rest of the batch (the reference's bug)."""
+    z = torch.randn(4, 4, 2, 8, 8)
+    other = torch.randn(4, 4, 2, 8, 8) * 100  # large values would win a batch-wide choice
+    alone = polyphase_downsample(z[:1])
+    for batch in (torch.cat([z[:1], other]), torch.cat([other, z[:1]])):
+        index = 0 if batch[0].equal(z[0]) else 4
+        assert torch.equal(polyphase_downsample(batch)[index], alone[0])
+
+
+def test_picks_the_component_with_largest_magnitude():
+    z = torch.zeros(2, 1, 1, 4, 4)
+    z[0, 0, 0, 1, 0] = -5.0  # component (1, 0)
+    z[1, 0, 0, 2, 3] = 3.0  # component (0, 1)
+    out = polyphase_downsample(z)
+    assert out[0].abs().max() == 5.0 and out[1].abs().max() == 3.0
+
+
+@pytest.mark.parametrize("name", ["C4", "D4"])
+def test_equivariant_to_permuting_the_group_axis(name):
+    group = get_group(name)
+    z = torch.randn(5, group.order, 3, 8, 8)
+    assert_equivariant(polyphase_downsample, group, z, in_action="lifted", out_action="lifted")
+
+
+def test_follows_circular_translations():
+    """A shifted input gives a (circularly) shifted output: adaptive polyphase sampling."""
+    z = torch.randn(3, 4, 2, 8, 8)
+    out = polyphase_downsample(z)
+    shifts = CircularTranslations(8, 8)
+    for g in [1, 9, 13, 63]:
+        shifted = polyphase_downsample(shifts.act_on_lifted(g, z))
+        candidates = [
+            torch.roll(out, (dy, dx), dims=(-2, -1)) for dy in range(4) for dx in range(4)
+        ]
+        for b in range(3):
+            assert any(torch.equal(shifted[b], c[b]) for c in candidates)
+
+
+def test_odd_size_rejected():
+    with pytest.raises(ValueError, match="even"):
+        polyphase_downsample(torch.randn(1, 1, 1, 7, 7))

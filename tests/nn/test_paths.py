@@ -1,0 +1,134 @@
+import pytest
+import torch
+
+from ella.groups import CircularTranslations, get_group
+from ella.nn import ConvPath, FCPath, GConvPath
+from ella.testing import assert_equivariant, equivariance_errors
+
+
+def lifted(group, c=2, size=8, b=3):
+    return torch.randn(b, get_group(group).order, c, size, size)
+
+
+# ---------------------------------------------------------------- shapes and counts
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: FCPath(2, 3, 8, "C4", stride=s),
+        lambda s: FCPath(2, 3, 8, "C4", stride=s, mode="dense"),
+        lambda s: ConvPath(2, 3, 8, "C4", stride=s),
+        lambda s: GConvPath(2, 3, 8, "C4", stride=s),
+        lambda s: GConvPath(2, 3, 8, "C4", stride=s, mode="shared"),
+    ],
+)
+def test_shapes(make, stride):
+    path = make(stride)
+    out = path(lifted("C4"))
+    assert out.shape == (3, 4, 3, 8 // stride, 8 // stride)
+    assert path.out_size == (8 // stride, 8 // stride)
+
+
+def count(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("group,G", [("trivial", 1), ("C4", 4), ("D4", 8)])
+def test_parameter_counts(group, G):
+    c_in, c_out, k = 3, 5, 3
+    s_in, s_out = 8 * 8, 4 * 4
+    ci, co = G * c_in, G * c_out
+    assert count(ConvPath(c_in, c_out, 8, group, k)) == ci * co * k * k + co
+    assert count(GConvPath(c_in, c_out, 8, group, k, mode="shared")) == c_in * c_out * k * k + c_out
+    full = GConvPath(c_in, c_out, 8, group, k, mode="full")
+    assert count(full) == G * c_in * c_out * k * k + c_out
+    # the factorisation: C^2 S^4 -> C^2 (S_in + S_out) (+ one bias per output unit)
+    assert count(FCPath(c_in, c_out, 8, group, stride=2)) == ci * co * (s_in + s_out) + co * s_out
+    assert count(FCPath(c_in, c_out, 8, group, stride=2, mode="dense")) == (
+        ci * s_in * co * s_out + co * s_out
+    )
+
+
+def test_factorized_fc_equals_its_implied_dense_weight():
+    """W[o, i, y, x] = V[y, (o, i)] U[o, (i, x)] (ELLA paper, Sec. 3): check the forward."""
+    path = FCPath(2, 3, 4, "C4", stride=2)
+    z = lifted("C4", c=2, size=4)
+    U = torch.stack([m.weight for m in path.pixel_maps], dim=1)  # (Co, Ci, S_in)
+    V = torch.stack([m.weight for m in path.channel_maps], dim=1)  # (S_out, Co, Ci)
+    bias = torch.stack([m.bias for m in path.channel_maps])  # (Co, S_out)
+    W = torch.einsum("yoi,oix->oiyx", V, U)
+    expected = torch.einsum("oiyx,bix->boy", W, z.reshape(3, 8, 16)) + bias
+    torch.testing.assert_close(path(z), expected.reshape(3, 4, 3, 2, 2))
+
+
+# ---------------------------------------------------------------- symmetry
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("mode", ["full", "shared"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_gconv_path_is_group_equivariant(group, mode, stride):
+    path = GConvPath(2, 3, 8, group, stride=stride, mode=mode)
+    assert_equivariant(path, group, lifted(group), in_action="lifted", out_action="lifted")
+
+
+@pytest.mark.parametrize("make", [ConvPath, GConvPath])
+def test_conv_paths_are_translation_equivariant(make):
+    path = make(2, 3, 8, "C4")
+    shifts = CircularTranslations(8, 8)
+    assert_equivariant(
+        path,
+        shifts,
+        lifted("C4"),
+        in_action="lifted",
+        out_action="lifted",
+        elements=range(0, 64, 5),
+    )
+
+
+@pytest.mark.parametrize("make", [ConvPath, FCPath])
+def test_conv_and_fc_paths_are_not_group_equivariant(make):
+    path = make(2, 3, 8, "C4")
+    errors = equivariance_errors(path, "C4", lifted("C4"), in_action="lifted", out_action="lifted")
+    assert min(errors[g] for g in (1, 2, 3)) > 1e-2
+
+
+def test_fc_path_is_not_translation_equivariant():
+    path = FCPath(2, 3, 8, "C4")
+    errors = equivariance_errors(
+        path,
+        CircularTranslations(8, 8),
+        lifted("C4"),
+        in_action="lifted",
+        out_action="lifted",
+        elements=[1, 8, 9],
+    )
+    assert min(errors.values()) > 1e-2
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_construction():
+    with pytest.raises(ValueError, match="square"):
+        ConvPath(2, 3, (8, 6), "C4")
+    with pytest.raises(ValueError, match="odd"):
+        ConvPath(2, 3, 8, "C4", kernel_size=4)
+    with pytest.raises(ValueError, match="stride"):
+        GConvPath(2, 3, 8, "C4", stride=3)
+    with pytest.raises(ValueError, match="even image size"):
+        FCPath(2, 3, 7, "C4", stride=2)
+    with pytest.raises(ValueError, match="mode"):
+        GConvPath(2, 3, 8, "C4", mode="separable")
+    with pytest.raises(ValueError, match="unknown group"):
+        FCPath(2, 3, 8, "C5")
+    # the trivial group allows non-square images
+    assert FCPath(2, 3, (8, 6), "trivial")(torch.randn(2, 1, 2, 8, 6)).shape == (2, 1, 3, 8, 6)
+
+
+def test_bad_input_shapes():
+    path = GConvPath(2, 3, 8, "C4")
+    with pytest.raises(ValueError, match="forget ella.nn.Lift"):
+        path(torch.randn(3, 2, 8, 8))
+    with pytest.raises(ValueError, match="expected 2 input channels, got 5"):
+        path(torch.randn(3, 4, 5, 8, 8))
+    with pytest.raises(ValueError, match="group has order 4"):
+        path(torch.randn(3, 8, 2, 8, 8))
+    with pytest.raises(ValueError, match="built for images of size 8x8, got 6x6"):
+        path(torch.randn(3, 4, 2, 6, 6))

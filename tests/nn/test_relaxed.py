@@ -1,0 +1,54 @@
+import pytest
+import torch
+
+from ella.nn import RelaxedLayer
+from ella.testing import assert_equivariant
+
+
+def test_paths_are_exposed_by_name():
+    layer = RelaxedLayer(2, 3, 8, group="C4")
+    assert layer.path_names == ("fc", "conv", "gconv")
+    all_params = {id(p) for p in layer.parameters()}
+    per_path = [layer.path_parameters(name) for name in layer.path_names]
+    assert sum(len(ps) for ps in per_path) == len(all_params)
+    assert {id(p) for ps in per_path for p in ps} == all_params
+    assert layer.path_parameters("gconv") == list(layer.paths["gconv"].parameters())
+    with pytest.raises(KeyError, match="not 'fc'"):
+        RelaxedLayer(2, 3, 8, paths=("conv",)).path_parameters("fc")
+
+
+def test_output_is_relu_of_path_mean():
+    layer = RelaxedLayer(2, 3, 8, group="C4", stride=2)
+    z = torch.randn(2, 4, 2, 8, 8)
+    expected = torch.relu(sum(p(z) for p in layer.paths.values()) / 3)
+    torch.testing.assert_close(layer(z), expected)
+    assert layer(z).shape == (2, 4, 3, 4, 4)
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_gconv_only_layer_is_equivariant(group, stride):
+    layer = RelaxedLayer(2, 3, 8, group=group, paths=("gconv",), stride=stride)
+    z = torch.randn(2, layer.group.order, 2, 8, 8)
+    assert_equivariant(layer, group, z, in_action="lifted", out_action="lifted")
+    assert layer.equivariance_error() < 1e-5
+
+
+def test_mixed_layer_is_not_equivariant():
+    assert RelaxedLayer(2, 3, 8, group="C4").equivariance_error() > 1e-3
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown path name.*'dense'"):
+        RelaxedLayer(2, 3, 8, paths=("fc", "dense"))
+    with pytest.raises(ValueError, match="at least one path"):
+        RelaxedLayer(2, 3, 8, paths=())
+    with pytest.raises(ValueError, match="repeat"):
+        RelaxedLayer(2, 3, 8, paths=("fc", "fc"))
+    with pytest.raises(ValueError, match="unknown group"):
+        RelaxedLayer(2, 3, 8, group="SO2")
+    layer = RelaxedLayer(2, 3, 8)
+    with pytest.raises(ValueError, match="RelaxedLayer: expected 2 input channels, got 1"):
+        layer(torch.randn(1, 4, 1, 8, 8))
+    with pytest.raises(ValueError, match="size 8x8, got 16x16"):
+        layer(torch.randn(1, 4, 2, 16, 16))

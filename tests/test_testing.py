@@ -1,0 +1,32 @@
+import pytest
+import torch
+
+from ella.testing import assert_equivariant, equivariance_errors
+
+
+def test_assert_equivariant_passes_for_invariant_function():
+    x = torch.randn(3, 2, 5, 5)
+    assert_equivariant(lambda t: t.sum(dim=(-2, -1)), "D4", x)
+
+
+def test_assert_equivariant_passes_for_equivariant_function():
+    x = torch.randn(3, 2, 5, 5)
+    assert_equivariant(torch.relu, "D4", x, out_action="image")
+
+
+def test_assert_equivariant_fails_for_broken_symmetry():
+    x = torch.randn(3, 2, 5, 5)
+    with pytest.raises(AssertionError, match="not equivariant under C4"):
+        assert_equivariant(lambda t: t[..., 0, :].sum(-1), "C4", x)
+
+
+def test_errors_are_per_element():
+    x = torch.randn(2, 1, 4, 4)
+    errors = equivariance_errors(lambda t: t[..., 0, 0], "C4", x)
+    assert set(errors) == {0, 1, 2, 3}
+    assert errors[0] == 0.0 and max(errors.values()) > 0
+
+
+def test_unknown_action():
+    with pytest.raises(ValueError, match="unknown action"):
+        equivariance_errors(torch.relu, "C4", torch.randn(1, 1, 4, 4), out_action="rotated")
