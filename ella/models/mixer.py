@@ -66,8 +66,9 @@ class Mixer(nn.Module):
     the logits are exactly invariant to the group (the group pool removes the
     permutation of copies; everything after it sees an invariant tensor).
 
-    Submodules: ``lift``, ``layers`` (``layer1`` ... ``layerN``, each a
-    :class:`~ella.nn.RelaxedLayer`), ``pool``, ``head`` (Linear, ReLU, Linear).
+    Submodules: ``lift``, ``layer1`` ... ``layerN`` (each a
+    :class:`~ella.nn.RelaxedLayer`; also in :attr:`layers`), ``pool``, ``head``
+    (Linear, ReLU, Linear). Prior groups are therefore named ``layer3.gconv``.
     """
 
     def __init__(
@@ -99,9 +100,10 @@ class Mixer(nn.Module):
         self.image_size = as_size(image_size)
         self.specs = plan_layers(in_channels, self.image_size, width, blocks)
         self.lift = Lift(self.group, in_channels)
-        self.layers = nn.ModuleDict(
-            {
-                s.name: RelaxedLayer(
+        for s in self.specs:
+            self.add_module(
+                s.name,
+                RelaxedLayer(
                     s.in_channels,
                     s.out_channels,
                     s.in_size,
@@ -111,10 +113,8 @@ class Mixer(nn.Module):
                     stride=s.stride,
                     fc_mode=fc_mode,
                     gconv_mode=gconv_mode,
-                )
-                for s in self.specs
-            }
-        )
+                ),
+            )
         self.pool = GroupPool(self.group, mode=pool)
         features = self.specs[-1].out_channels
         self.head = nn.Sequential(
@@ -122,6 +122,11 @@ class Mixer(nn.Module):
             nn.ReLU(),
             nn.Linear(head_multiplier * features, num_classes),
         )
+
+    @property
+    def layers(self) -> dict[str, RelaxedLayer]:
+        """The relaxed layers by name (``layer1`` ... ``layerN``), in order."""
+        return {s.name: getattr(self, s.name) for s in self.specs}
 
     @property
     def path_names(self) -> tuple[str, ...]:

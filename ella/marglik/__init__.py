@@ -1,0 +1,23 @@
+"""Marginal likelihood of layer-wise priors: prior structures, Laplace evidence, reports."""
+
+from ella.marglik.effective import aggregate, effective_parameters
+from ella.marglik.evidence import (
+    Backend,
+    HessianStructure,
+    LaplaceEvidence,
+    UnsupportedModuleError,
+    check_supported,
+)
+from ella.marglik.priors import PriorMode, PriorStructure
+
+__all__ = [
+    "Backend",
+    "HessianStructure",
+    "LaplaceEvidence",
+    "PriorMode",
+    "PriorStructure",
+    "UnsupportedModuleError",
+    "aggregate",
+    "check_supported",
+    "effective_parameters",
+]

@@ -1,0 +1,87 @@
+"""Effective number of parameters, per tensor and aggregated per layer and path.
+
+For a parameter tensor whose GGN block has eigenvalues ``lambda_i`` and whose
+prior precision is ``delta``, the effective number of parameters is
+``sum_i lambda_i / (lambda_i + delta)`` (MacKay 1992, eq. 4.9; ELLA paper,
+Sec. 6): each direction counts fully when the data determine it
+(``lambda >> delta``) and not at all when the prior does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ella.nn import PATH_NAMES
+
+
+def effective_parameters(eigenvalues: torch.Tensor, delta: float | torch.Tensor) -> float:
+    """``sum lambda / (lambda + delta)`` for non-negative ``eigenvalues`` and ``delta > 0``."""
+    lam = eigenvalues.clamp_min(0).double()
+    return float((lam / (lam + float(delta))).sum())
+
+
+def split_name(group: str) -> tuple[str, str | None]:
+    """``"layer3.gconv"`` -> ``("layer3", "gconv")``; ``"head.0"`` -> ``("head.0", None)``."""
+    layer, _, last = group.rpartition(".")
+    if last in PATH_NAMES:
+        return layer or "layer", last
+    return group, None
+
+
+def aggregate(
+    groups: list[str],
+    effective: list[float],
+    sizes: list[int],
+    precisions: list[float],
+) -> tuple[list[dict], list[dict]]:
+    """Aggregate per-tensor figures into per-layer rows with path shares.
+
+    Args:
+        groups: layer-path group name of each tensor (``layer3.gconv``, ``head.0``).
+        effective: effective number of parameters of each tensor.
+        sizes: number of parameters of each tensor.
+        precisions: prior precision of each tensor.
+
+    Returns:
+        ``(layers, others)``: one row per relaxed layer with ``layer``, the
+        shares ``fc``/``conv``/``gconv`` in percent (absent paths 0),
+        ``effective`` and ``parameters`` per path, and ``prior_variance`` per
+        path (parameter-weighted mean of ``1/delta``); and one row per other
+        module with its totals.
+    """
+    rows: dict[str, dict] = {}
+    others: dict[str, dict] = {}
+    for group, eff, size, prec in zip(groups, effective, sizes, precisions):
+        layer, path = split_name(group)
+        if path is None:
+            row = others.setdefault(
+                layer, {"module": layer, "effective": 0.0, "parameters": 0, "_var": 0.0}
+            )
+            row["effective"] += eff
+            row["parameters"] += size
+            row["_var"] += size / prec
+            continue
+        row = rows.setdefault(
+            layer,
+            {
+                "layer": layer,
+                "effective": dict.fromkeys(PATH_NAMES, 0.0),
+                "parameters": dict.fromkeys(PATH_NAMES, 0),
+                "_var": dict.fromkeys(PATH_NAMES, 0.0),
+            },
+        )
+        row["effective"][path] += eff
+        row["parameters"][path] += size
+        row["_var"][path] += size / prec
+    for row in rows.values():
+        total = sum(row["effective"].values())
+        for path in PATH_NAMES:
+            row[path] = 100.0 * row["effective"][path] / total if total > 0 else 0.0
+        row["total_effective"] = total
+        row["prior_variance"] = {
+            p: row["_var"][p] / row["parameters"][p] for p in PATH_NAMES if row["parameters"][p]
+        }
+        del row["_var"]
+    for row in others.values():
+        row["prior_variance"] = row.pop("_var") / row["parameters"]
+    return list(rows.values()), list(others.values())

@@ -1,0 +1,150 @@
+"""The Laplace evidence against closed forms and finite differences."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella.marglik import (
+    LaplaceEvidence,
+    PriorStructure,
+    UnsupportedModuleError,
+    effective_parameters,
+)
+from ella.models import mixer
+
+
+@pytest.fixture
+def float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def blr_problem(n=40, d=5, sigma=0.3):
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(n, d, generator=g)
+    w = torch.randn(d, generator=g)
+    y = X @ w + sigma * torch.randn(n, generator=g)
+    return X, y[:, None], sigma
+
+
+def blr_log_evidence(X, y, sigma, delta):
+    """log N(y; 0, sigma^2 I + X X^T / delta): the exact Bayesian linear regression evidence."""
+    n = X.shape[0]
+    C = sigma**2 * torch.eye(n) + X @ X.T / delta
+    dist = torch.distributions.MultivariateNormal(torch.zeros(n), covariance_matrix=C)
+    return dist.log_prob(y[:, 0])
+
+
+@pytest.mark.parametrize("structure", ["full", "kron"])
+@pytest.mark.parametrize("backend", ["asdl", "curvlinops"])
+@pytest.mark.parametrize("delta", [0.1, 1.0, 7.5])
+def test_bayesian_linear_regression_matches_closed_form(float64, structure, backend, delta):
+    X, y, sigma = blr_problem()
+    model = nn.Linear(X.shape[1], 1, bias=False)
+    # the MAP (= posterior mean) weights of Bayesian linear regression
+    A = X.T @ X / sigma**2 + delta * torch.eye(X.shape[1])
+    with torch.no_grad():
+        model.weight.copy_(torch.linalg.solve(A, X.T @ y[:, 0] / sigma**2)[None])
+    evidence = LaplaceEvidence(
+        model,
+        PriorStructure(model, "scalar"),
+        likelihood="regression",
+        structure=structure,
+        backend=backend,
+        sigma_noise=sigma,
+    )
+    evidence.fit(DataLoader(TensorDataset(X, y), batch_size=16))
+    log_delta = torch.tensor([math.log(delta)])
+    laplace = evidence.log_marginal_likelihood(log_delta).item()
+    exact = blr_log_evidence(X, y, sigma, delta).item()
+    assert laplace == pytest.approx(exact, rel=1e-6)
+
+
+def tiny_mixer():
+    return mixer(1, 3, 6, group="C4", width=1, blocks=((1, 1), (2, 2)))
+
+
+def tiny_data(n=10):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 1, 6, 6, generator=g)
+    y = torch.randint(0, 3, (n,), generator=g)
+    return DataLoader(TensorDataset(x, y), batch_size=4)
+
+
+@pytest.mark.parametrize("backend", ["asdl", "curvlinops"])
+def test_gradient_matches_finite_differences(float64, backend):
+    model = tiny_mixer()
+    prior = PriorStructure(model)
+    evidence = LaplaceEvidence(model, prior, backend=backend)
+    evidence.fit(tiny_data())
+    log_prec = torch.linspace(-1.0, 1.5, prior.n_groups).requires_grad_()
+    evidence.log_marginal_likelihood(log_prec).backward()
+    eps = 1e-5
+    for i in range(prior.n_groups):
+        step = torch.zeros(prior.n_groups)
+        step[i] = eps
+        with torch.no_grad():
+            up = evidence.log_marginal_likelihood(log_prec + step)
+            down = evidence.log_marginal_likelihood(log_prec - step)
+        fd = ((up - down) / (2 * eps)).item()
+        assert log_prec.grad[i].item() == pytest.approx(fd, rel=1e-5, abs=1e-7), prior.names[i]
+
+
+def test_kron_equals_full_for_a_single_output_linear_model(float64):
+    """A one-output linear layer has an exact Kronecker GGN: both evidences agree."""
+    X, y, sigma = blr_problem()
+    model = nn.Linear(X.shape[1], 1, bias=False)
+    values = {}
+    for structure in ("kron", "full"):
+        evidence = LaplaceEvidence(
+            model, PriorStructure(model), "regression", structure, sigma_noise=sigma
+        )
+        evidence.fit(DataLoader(TensorDataset(X, y), batch_size=40))
+        assert evidence.prior.names == ["model"]
+        values[structure] = evidence.log_marginal_likelihood(torch.tensor([0.3])).item()
+    assert values["kron"] == pytest.approx(values["full"], rel=1e-10)
+
+
+def test_diag_structure_runs(float64):
+    model = tiny_mixer()
+    evidence = LaplaceEvidence(model, PriorStructure(model), structure="diag")
+    evidence.fit(tiny_data())
+    value = evidence.log_marginal_likelihood(torch.zeros(evidence.prior.n_groups))
+    assert torch.isfinite(value)
+    eigs = evidence.block_eigenvalues()
+    assert [e.numel() for e in eigs] == evidence.prior.numels
+
+
+def test_unsupported_module_is_named():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    with pytest.raises(UnsupportedModuleError, match=r"1 \(BatchNorm1d\)"):
+        LaplaceEvidence(model, PriorStructure(model))
+
+
+def test_unknown_options():
+    model = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="unknown Hessian structure 'lowrank'"):
+        LaplaceEvidence(model, PriorStructure(model), structure="lowrank")
+    with pytest.raises(ValueError, match="unknown curvature backend 'backpack'"):
+        LaplaceEvidence(model, PriorStructure(model), backend="backpack")
+    with pytest.raises(RuntimeError, match="fit"):
+        LaplaceEvidence(model, PriorStructure(model)).log_marginal_likelihood(torch.zeros(1))
+
+
+def test_effective_parameters_of_a_fitted_model(float64):
+    model = tiny_mixer()
+    prior = PriorStructure(model, "tensor")
+    evidence = LaplaceEvidence(model, prior)
+    evidence.fit(tiny_data())
+    for eigs, size in zip(evidence.block_eigenvalues(), prior.numels):
+        assert eigs.numel() == size
+        small, large = effective_parameters(eigs, 1e-12), effective_parameters(eigs, 1e9)
+        assert 0 <= large <= effective_parameters(eigs, 1.0) <= small <= size
+        assert large < 1e-3
+        # as delta -> 0 every direction with positive curvature counts fully
+        assert int((eigs > 1e-9).sum()) - 0.01 <= small <= int((eigs > 0).sum())
