@@ -51,7 +51,7 @@ def aggregate(
     """
     rows: dict[str, dict] = {}
     others: dict[str, dict] = {}
-    for group, eff, size, prec in zip(groups, effective, sizes, precisions):
+    for group, eff, size, prec in zip(groups, effective, sizes, precisions, strict=True):
         layer, path = split_name(group)
         if path is None:
             row = others.setdefault(

@@ -93,7 +93,7 @@ class PriorStructure:
     def tensors_of(self, group: str) -> list[str]:
         """Names of the parameter tensors in ``group``."""
         g = self.names.index(group)
-        return [n for n, i in zip(self.param_names, self.index.tolist()) if i == g]
+        return [n for n, i in zip(self.param_names, self.index.tolist(), strict=True) if i == g]
 
     def expand(self, group_values: torch.Tensor) -> torch.Tensor:
         """Per-tensor values (n_tensors,) from per-group values (n_groups,); differentiable."""
@@ -112,7 +112,7 @@ class PriorStructure:
 
     def as_dict(self, group_values: torch.Tensor) -> dict[str, float]:
         """``{group name: value}``."""
-        return dict(zip(self.names, group_values.detach().cpu().tolist()))
+        return dict(zip(self.names, group_values.detach().cpu().tolist(), strict=True))
 
     def __repr__(self) -> str:
         return f"PriorStructure(mode={self.mode.value!r}, groups={self.names})"
