@@ -1,15 +1,21 @@
-"""Command line: ``ella demo`` (and, as they land, ``ella train`` / ``ella report``)."""
+"""Command line: ``ella train``, ``ella report RUN_DIR`` and ``ella demo``."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
+import types
+import typing
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
 from ella.models import mixer
+from ella.train.config import HELP, TrainConfig
 
 PATH_SETS: dict[str, tuple[str, ...]] = {
     "FC": ("fc",),
@@ -55,11 +61,108 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _field_type(field: dataclasses.Field):
+    """(argparse type, nargs) for a TrainConfig field."""
+    hint = typing.get_type_hints(TrainConfig)[field.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = args[0]
+    if typing.get_origin(hint) is tuple:
+        return str, "+"
+    return hint, None
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One ``--option`` per :class:`~ella.train.TrainConfig` field, with its help text."""
+    defaults = TrainConfig()
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        default = getattr(defaults, field.name)
+        help_text = HELP[field.name]
+        kind, nargs = _field_type(field)
+        if kind is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
+        else:
+            parser.add_argument(flag, type=kind, nargs=nargs, default=default, help=help_text)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    values["paths"] = tuple(values["paths"])
+    return TrainConfig(**values)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
+    from ella.data import DataFileError
+    from ella.train import Trainer, TrainingDiverged
+
+    out = Path(args.out)
+    if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
+        print(
+            f"error: {out} already holds a run; use --resume to continue it, --overwrite to "
+            "start again, or another --out",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        config = config_from_args(args)
+        if args.resume and (out / "config.json").exists():
+            saved = TrainConfig.from_dict(json.loads((out / "config.json").read_text()))
+            # options left at their defaults take the saved values when resuming
+            defaults = TrainConfig()
+            for f in dataclasses.fields(TrainConfig):
+                if getattr(config, f.name) == getattr(defaults, f.name):
+                    setattr(config, f.name, getattr(saved, f.name))
+        results = Trainer(config, out).run(resume=args.resume)
+    except (ValueError, FileNotFoundError, DataFileError, TrainingDiverged) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(results["table"])
+    print(f"run directory: {out} (results.json, metrics.jsonl, effective_parameters.png)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Reprint the table and redraw the figure of a finished run."""
+    from ella.report import format_table, save_figure
+
+    path = Path(args.run_dir) / "results.json"
+    if not path.is_file():
+        print(f"error: no results.json in {args.run_dir}; is the run finished?", file=sys.stderr)
+        return 1
+    results = json.loads(path.read_text())
+    print(format_table(results))
+    figure = save_figure(results, Path(args.run_dir) / "effective_parameters.png")
+    print(f"figure: {figure}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ella", description="Learn layer-wise symmetry with relaxed-equivariant layers."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser(
+        "train",
+        help="train with learned layer-wise priors (the main job)",
+        description="Train a relaxed-equivariant mixer, alternating MAP steps on the weights "
+        "with marginal-likelihood steps on one prior precision per layer and path, and "
+        "report the effective parameters per layer and path.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    train.add_argument("--out", default="runs/latest", help="run directory")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out")
+    train.add_argument(
+        "--overwrite", action="store_true", help="start again even if --out holds a run"
+    )
+    add_train_options(train)
+    train.set_defaults(func=cmd_train)
+    report = sub.add_parser("report", help="reprint the table and redraw the figure of a run")
+    report.add_argument("run_dir", help="a run directory written by ella train")
+    report.set_defaults(func=cmd_report)
     demo = sub.add_parser("demo", help="tour of the relaxed-equivariant layers")
     demo.add_argument("--image-size", type=int, default=32, help="image side (default 32)")
     demo.add_argument("--channels", type=int, default=1, help="image channels (default 1)")

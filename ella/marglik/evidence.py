@@ -85,6 +85,9 @@ class LaplaceEvidence:
         structure: ``"kron"`` (default), or ``"full"``/``"diag"`` for tiny models.
         backend: ``"asdl"`` (default) or ``"curvlinops"``.
         sigma_noise: observation noise for regression.
+        ggn: ``"exact"`` GGN (a backward pass per output) or ``"mc"``, a
+            one-sample Monte-Carlo estimate of it (about C times cheaper for C
+            classes, stochastic).
 
     Example:
         >>> evidence = LaplaceEvidence(model, PriorStructure(model))
@@ -101,6 +104,7 @@ class LaplaceEvidence:
         structure: HessianStructure | str = HessianStructure.KRON,
         backend: Backend | str = Backend.ASDL,
         sigma_noise: float = 1.0,
+        ggn: str = "exact",
     ):
         self.model = model
         self.prior = prior
@@ -108,6 +112,9 @@ class LaplaceEvidence:
         self.structure = _enum(HessianStructure, structure, "Hessian structure")
         self.backend = _enum(Backend, backend, "curvature backend")
         self.sigma_noise = sigma_noise
+        if ggn not in ("exact", "mc"):
+            raise ValueError(f"unknown GGN type {ggn!r}; choose from exact, mc")
+        self.ggn = ggn
         if self.structure is HessianStructure.KRON:
             check_supported(model)
         self._la = None
@@ -132,6 +139,7 @@ class LaplaceEvidence:
             sigma_noise=self.sigma_noise,
             prior_precision=torch.ones(self.prior.n_tensors),
             backend=_BACKENDS[self.backend],
+            backend_kwargs={"stochastic": self.ggn == "mc"},
         )
         la.fit(loader, progress_bar=progress)
         if self.structure is HessianStructure.KRON:

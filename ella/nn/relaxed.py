@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -33,8 +34,13 @@ def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
 class RelaxedLayer(nn.Module):
     """A layer whose FC, CONV and GCONV paths run in parallel on a lifted tensor.
 
-    ``out = relu(mean_p path_p(z))`` for the chosen paths ``p``
-    (van der Ouderaa et al., NeurIPS 2023). Each path's parameters are kept
+    ``out = relu(sum_p path_p(z) / sqrt(P))`` for the ``P`` chosen paths ``p``
+    (van der Ouderaa et al., NeurIPS 2023, who average the paths). Scaling by
+    ``1/sqrt(P)`` instead of ``1/P`` keeps the output variance of independent,
+    variance-preserving paths: with a plain mean of three paths the signal of
+    the 8-layer mixer shrinks by about 2x per layer at initialisation (measured:
+    std 0.19 after layer 1, 0.005 after layer 8) and SGD does not start
+    learning within a CPU budget. Each path's parameters are kept
     apart (``layer.paths["gconv"]`` ...), so a prior can be attached per
     layer and path: shrinking a path's prior variance to zero switches it off
     and leaves the symmetry of the remaining paths.
@@ -108,7 +114,8 @@ class RelaxedLayer(nn.Module):
             size=self.in_size,
             where="RelaxedLayer",
         )
-        out = torch.stack([path(z) for path in self.paths.values()]).mean(dim=0)
+        out = torch.stack([path(z) for path in self.paths.values()]).sum(dim=0)
+        out = out / math.sqrt(len(self.paths))
         return torch.relu(out) if self.activation else out
 
     def equivariance_error(self, z: torch.Tensor | None = None) -> float:

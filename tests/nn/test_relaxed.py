@@ -17,10 +17,10 @@ def test_paths_are_exposed_by_name():
         RelaxedLayer(2, 3, 8, paths=("conv",)).path_parameters("fc")
 
 
-def test_output_is_relu_of_path_mean():
+def test_output_is_relu_of_scaled_path_sum():
     layer = RelaxedLayer(2, 3, 8, group="C4", stride=2)
     z = torch.randn(2, 4, 2, 8, 8)
-    expected = torch.relu(sum(p(z) for p in layer.paths.values()) / 3)
+    expected = torch.relu(sum(p(z) for p in layer.paths.values()) / 3**0.5)
     torch.testing.assert_close(layer(z), expected)
     assert layer(z).shape == (2, 4, 3, 4, 4)
 

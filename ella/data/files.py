@@ -1,0 +1,84 @@
+"""Data files: where they live, their known checksums, and reading IDX files.
+
+The data directory is, in order: the ``data_dir`` argument, the ``ELLA_DATA``
+environment variable, or ``~/.cache/ella``. Files are looked up in the
+torchvision-style layout ``<root>/MNIST/raw/<file>.gz`` (also used by
+``../shared/data``), and verified against their md5 before use.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+#: md5 of the original files (identical on the usual mirrors).
+KNOWN_MD5: dict[str, str] = {
+    "MNIST/raw/train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "MNIST/raw/train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "MNIST/raw/t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "MNIST/raw/t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+    "FashionMNIST/raw/train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "FashionMNIST/raw/train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "FashionMNIST/raw/t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "FashionMNIST/raw/t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
+
+
+class DataFileError(RuntimeError):
+    """A data file is missing, truncated or corrupt; the message says what to do."""
+
+
+def data_root(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data directory: argument, else ``$ELLA_DATA``, else ``~/.cache/ella``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    if os.environ.get("ELLA_DATA"):
+        return Path(os.environ["ELLA_DATA"]).expanduser()
+    return Path.home() / ".cache" / "ella"
+
+
+def md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verified_path(root: Path, relative: str) -> Path:
+    """Path of a known file under ``root``, checked against its md5."""
+    path = root / relative
+    if not path.is_file():
+        raise DataFileError(
+            f"missing data file {path}. Put the original file there, or point --data-dir "
+            f"(or the ELLA_DATA environment variable) at a directory holding {relative}"
+        )
+    expected = KNOWN_MD5.get(relative)
+    if expected is not None and md5(path) != expected:
+        raise DataFileError(
+            f"data file {path} is truncated or corrupt (md5 {md5(path)}, expected {expected}); "
+            "delete it and fetch the original again"
+        )
+    return path
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (gzip or plain) into a numpy array (unsigned bytes only)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise DataFileError(f"cannot read {path}: {err}; the file is probably corrupt") from err
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise DataFileError(f"{path} is not an IDX file of unsigned bytes")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    if len(data) != header + int(np.prod(shape)):
+        raise DataFileError(f"{path} is truncated: header says shape {shape}")
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)

@@ -1,0 +1,342 @@
+"""The alternating loop: MAP steps on the weights, evidence steps on the prior precisions.
+
+Immer et al., "Scalable Marginal Likelihood Estimation for Model Selection in
+Deep Learning" (ICML 2021), Algorithm 1, as used by ELLA (NeurIPS 2023):
+
+* weights: SGD on ``CE(f(x), y) + 1/2 sum_t delta_t theta_t^2 / N`` with
+  ``delta`` detached (the prior enters as a weight decay per group);
+* priors: every ``marglik_frequency`` epochs after ``n_epochs_burnin``, fit the
+  KFAC GGN once over the training set and take ``n_hypersteps`` Adam steps on
+  ``-log p(D | delta) / N`` in ``log delta``, reusing the fitted factors.
+
+With ``learn_priors=False`` the same loop trains a MAP baseline.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parameters_to_vector
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from ella.data import load_dataset
+from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.models import mixer
+from ella.train.checkpoint import load_torch, save_json, save_jsonl, save_torch
+from ella.train.config import TrainConfig
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the evidence stopped being finite."""
+
+
+def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
+    """Cosine decay from ``lr`` at step 0 to ``lr_min`` at step ``total``."""
+    return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
+
+
+def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: int) -> nn.Module:
+    return mixer(
+        in_channels,
+        num_classes,
+        size,
+        group=config.group,
+        paths=config.paths,
+        width=config.width,
+        gconv_mode=config.gconv_mode,
+        fc_mode=config.fc_mode,
+    )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: TensorDataset, batch_size: int = 500) -> dict[str, float]:
+    """Accuracy and mean negative log likelihood on ``data``."""
+    model.eval()
+    correct, nll, n = 0, 0.0, 0
+    for x, y in DataLoader(data, batch_size=batch_size):
+        logits = model(x)
+        correct += int((logits.argmax(1) == y).sum())
+        nll += float(F.cross_entropy(logits, y, reduction="sum"))
+        n += len(y)
+    return {"accuracy": correct / n, "nll": nll / n}
+
+
+@dataclass
+class TrainState:
+    """Everything that changes during training (and goes into the checkpoint)."""
+
+    epoch: int = 0  # completed epochs
+    step: int = 0
+    metrics: list[dict] = field(default_factory=list)
+    marglik: list[float] = field(default_factory=list)
+    marglik_epochs: list[int] = field(default_factory=list)
+    best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
+
+
+class Trainer:
+    """Trains one model as configured, writing a run directory.
+
+    Args:
+        config: the run's configuration.
+        out_dir: run directory (config.json, metrics.jsonl, checkpoint.pt, results.json).
+        on_epoch_end: optional callback ``f(trainer)`` after each saved epoch
+            (used by tests to simulate an interruption).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        out_dir: str | Path,
+        on_epoch_end: Callable[[Trainer], None] | None = None,
+    ):
+        config.validate()
+        self.config = config
+        self.out = Path(out_dir)
+        self.on_epoch_end = on_epoch_end
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.data = load_dataset(
+            config.dataset, config.data_dir, config.train_size, config.test_size
+        )
+        self.model = build_model(
+            config, self.data.in_channels, self.data.num_classes, self.data.image_size
+        ).to(self.device)
+        self.prior = PriorStructure(self.model, config.prior_structure)
+        self.log_prior = torch.full(
+            (self.prior.n_groups,), math.log(config.prior_precision), device=self.device
+        ).requires_grad_()
+        if config.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=config.lr, momentum=config.momentum
+            )
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.hyper_optimizer = torch.optim.Adam([self.log_prior], lr=config.lr_hyp)
+        self.state = TrainState()
+        self._last_evidence: tuple[int, LaplaceEvidence] | None = None
+        self.n_train = len(self.data.train)
+        self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+
+    # ------------------------------------------------------------------ persistence
+    def checkpoint(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "hyper_optimizer": self.hyper_optimizer.state_dict(),
+            "log_prior": self.log_prior.detach().clone(),
+            "state": self.state.__dict__,
+        }
+
+    def save(self) -> None:
+        save_torch(self.checkpoint(), self.out / CHECKPOINT)
+        save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
+
+    def load(self) -> None:
+        path = self.out / CHECKPOINT
+        if not path.is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+        ckpt = load_torch(path)
+        if ckpt["config"] != self.config.to_dict():
+            changed = sorted(
+                k for k, v in ckpt["config"].items() if self.config.to_dict().get(k) != v
+            )
+            raise ValueError(
+                f"--resume: the configuration differs from the checkpoint's in {changed}; "
+                "resume with the same options or start a new run directory"
+            )
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
+        with torch.no_grad():
+            self.log_prior.copy_(ckpt["log_prior"])
+        self.state = TrainState(**ckpt["state"])
+
+    # ------------------------------------------------------------------ steps
+    def train_epoch(self) -> dict[str, float]:
+        cfg, model = self.config, self.model
+        model.train()
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.state.epoch)
+        loader = DataLoader(
+            self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
+        )
+        delta = self.prior.expand_diagonal(self.log_prior.detach().exp())
+        total_steps = cfg.epochs * self.steps_per_epoch
+        loss_sum, correct, seen = 0.0, 0, 0
+        for x, y in loader:
+            x, y = x.to(self.device), y.to(self.device)
+            lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            logits = model(x)
+            theta = parameters_to_vector(model.parameters())
+            loss = F.cross_entropy(logits, y) + 0.5 * (delta * theta.square()).sum() / self.n_train
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
+                    f"step {self.state.step + 1}; the last good checkpoint is kept at "
+                    f"{self.out / CHECKPOINT}. Try a smaller --lr."
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.state.step += 1
+            loss_sum += float(loss.detach()) * len(y)
+            correct += int((logits.argmax(1) == y).sum())
+            seen += len(y)
+        return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
+
+    def make_evidence(self) -> LaplaceEvidence:
+        return LaplaceEvidence(
+            self.model,
+            self.prior,
+            structure=self.config.hessian,
+            backend=self.config.backend,
+            ggn=self.config.ggn,
+        )
+
+    def fit_evidence(self) -> LaplaceEvidence:
+        evidence = self.make_evidence()
+        loader = DataLoader(self.data.train, batch_size=self.config.marglik_batch_size)
+        evidence.fit(loader, progress=self.config.progress)
+        return evidence
+
+    def hyper_steps(self) -> float:
+        """Fit the evidence once and take the Adam steps; return the final log evidence."""
+        evidence = self.fit_evidence()
+        self._last_evidence = (self.state.epoch, evidence)
+        for _ in range(self.config.n_hypersteps):
+            self.hyper_optimizer.zero_grad(set_to_none=True)
+            neg = -evidence.log_marginal_likelihood(self.log_prior) / self.n_train
+            self._check_evidence(neg)
+            neg.backward()
+            self.hyper_optimizer.step()
+        with torch.no_grad():
+            value = evidence.log_marginal_likelihood(self.log_prior)
+        self._check_evidence(value)
+        return float(value)
+
+    def _check_evidence(self, value: torch.Tensor) -> None:
+        if not torch.isfinite(value):
+            raise TrainingDiverged(
+                f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
+                f"the last good checkpoint is kept at {self.out / CHECKPOINT}. "
+                "Try a smaller --lr-hyp or more burn-in epochs."
+            )
+
+    def evidence_due(self) -> bool:
+        """Evidence after (1-based) epoch e when e % marglik_frequency == 0 and e >= burn-in."""
+        cfg, epoch = self.config, self.state.epoch
+        return (
+            cfg.learn_priors and epoch >= cfg.n_epochs_burnin and epoch % cfg.marglik_frequency == 0
+        )
+
+    # ------------------------------------------------------------------ run
+    def run(self, resume: bool = False) -> dict:
+        """Train to the configured number of epochs and write ``results.json``."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.load()
+        else:
+            save_json(self.config.to_dict(), self.out / "config.json")
+        start = time.perf_counter()
+        cfg = self.config
+        bar = tqdm(
+            range(self.state.epoch, cfg.epochs),
+            initial=self.state.epoch,
+            total=cfg.epochs,
+            desc="epochs",
+            disable=not cfg.progress,
+        )
+        for _ in bar:
+            row = self.train_epoch()
+            self.state.epoch += 1
+            row["epoch"] = self.state.epoch
+            if self.evidence_due():
+                value = self.hyper_steps()
+                self.state.marglik.append(value)
+                self.state.marglik_epochs.append(self.state.epoch)
+                row["log_marglik"] = value
+                row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
+                if self.state.best is None or value > self.state.best["log_marglik"]:
+                    self.state.best = {
+                        "epoch": self.state.epoch,
+                        "log_marglik": value,
+                        "model": copy.deepcopy(self.model.state_dict()),
+                        "log_prior": self.log_prior.detach().clone(),
+                    }
+            row.update({f"test_{k}": v for k, v in evaluate(self.model, self.data.test).items()})
+            self.state.metrics.append(row)
+            self.save()
+            bar.set_postfix(
+                loss=f"{row['train_loss']:.3f}",
+                test_acc=f"{row['test_accuracy']:.3f}",
+                **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
+            )
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(self)
+        return self.finish(time.perf_counter() - start)
+
+    def finish(self, seconds: float) -> dict:
+        """Evaluate the reported state, compute the effective-parameter report, write results."""
+        from ella.report import effective_parameter_report, format_table, save_figure
+
+        final = evaluate(self.model, self.data.test)
+        best = self.state.best
+        if best is not None:  # report the best-evidence state
+            self.model.load_state_dict(best["model"])
+            with torch.no_grad():
+                self.log_prior.copy_(best["log_prior"])
+        reported = evaluate(self.model, self.data.test)
+        epoch = best["epoch"] if best is not None else self.state.epoch
+        if self._last_evidence is not None and self._last_evidence[0] == epoch:
+            evidence = self._last_evidence[1]  # fitted at exactly these weights
+        else:
+            evidence = self.fit_evidence()
+        with torch.no_grad():
+            final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
+        report = effective_parameter_report(self.model, evidence, self.log_prior.detach().exp())
+        results = {
+            "test_accuracy": reported["accuracy"],
+            "test_nll": reported["nll"],
+            "reported_state": "best_evidence" if best is not None else "final",
+            "reported_epoch": epoch,
+            "final_test_accuracy": final["accuracy"],
+            "final_test_nll": final["nll"],
+            "log_marglik": self.state.marglik,
+            "log_marglik_epochs": self.state.marglik_epochs,
+            "log_marglik_reported_state": final_marglik,
+            "prior_precision": self.prior.as_dict(self.log_prior.exp()),
+            "prior_variance": self.prior.as_dict(self.log_prior.neg().exp()),
+            "effective_parameters": report["layers"],
+            "effective_parameters_other": report["others"],
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "train_size": self.n_train,
+            "test_size": len(self.data.test),
+            "epochs": self.state.epoch,
+            "train_time_s": seconds,
+            "config": self.config.to_dict(),
+        }
+        save_json(results, self.out / "results.json")
+        save_figure(results, self.out / "effective_parameters.png")
+        results["table"] = format_table(results)
+        return results
+
+
+def train(config: TrainConfig, out_dir: str | Path, resume: bool = False) -> dict:
+    """Train as configured into ``out_dir``; returns the contents of ``results.json``."""
+    return Trainer(config, out_dir).run(resume=resume)
+
+
+__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "cosine_lr", "evaluate", "train"]
