@@ -97,7 +97,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def cmd_train(args: argparse.Namespace) -> int:
     """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
     from ella.data import DataFileError
-    from ella.train import Trainer, TrainingDiverged
+    from ella.train import Trainer, TrainingDivergedError
 
     out = Path(args.out)
     if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
@@ -117,7 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 if getattr(config, f.name) == getattr(defaults, f.name):
                     setattr(config, f.name, getattr(saved, f.name))
         results = Trainer(config, out).run(resume=args.resume)
-    except (ValueError, FileNotFoundError, DataFileError, TrainingDiverged) as err:
+    except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(results["table"])

@@ -1,6 +1,6 @@
 """Training: MAP and learned layer-wise priors in one loop."""
 
 from ella.train.config import HELP, TrainConfig
-from ella.train.loop import Trainer, TrainingDiverged, cosine_lr, evaluate, train
+from ella.train.loop import Trainer, TrainingDivergedError, cosine_lr, evaluate, train
 
-__all__ = ["HELP", "TrainConfig", "Trainer", "TrainingDiverged", "cosine_lr", "evaluate", "train"]
+__all__ = ["HELP", "TrainConfig", "Trainer", "TrainingDivergedError", "cosine_lr", "evaluate", "train"]

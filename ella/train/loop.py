@@ -37,7 +37,7 @@ from ella.train.config import TrainConfig
 CHECKPOINT = "checkpoint.pt"
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDivergedError(RuntimeError):
     """The loss or the evidence stopped being finite."""
 
 
@@ -183,7 +183,7 @@ class Trainer:
             theta = parameters_to_vector(model.parameters())
             loss = F.cross_entropy(logits, y) + 0.5 * (delta * theta.square()).sum() / self.n_train
             if not torch.isfinite(loss):
-                raise TrainingDiverged(
+                raise TrainingDivergedError(
                     f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
                     f"step {self.state.step + 1}; the last good checkpoint is kept at "
                     f"{self.out / CHECKPOINT}. Try a smaller --lr."
@@ -229,7 +229,7 @@ class Trainer:
 
     def _check_evidence(self, value: torch.Tensor) -> None:
         if not torch.isfinite(value):
-            raise TrainingDiverged(
+            raise TrainingDivergedError(
                 f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
                 f"the last good checkpoint is kept at {self.out / CHECKPOINT}. "
                 "Try a smaller --lr-hyp or more burn-in epochs."
@@ -339,4 +339,4 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = False) -> dic
     return Trainer(config, out_dir).run(resume=resume)
 
 
-__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "cosine_lr", "evaluate", "train"]
+__all__ = ["TrainConfig", "Trainer", "TrainingDivergedError", "cosine_lr", "evaluate", "train"]
