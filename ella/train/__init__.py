@@ -3,4 +3,12 @@
 from ella.train.config import HELP, TrainConfig
 from ella.train.loop import Trainer, TrainingDivergedError, cosine_lr, evaluate, train
 
-__all__ = ["HELP", "TrainConfig", "Trainer", "TrainingDivergedError", "cosine_lr", "evaluate", "train"]
+__all__ = [
+    "HELP",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDivergedError",
+    "cosine_lr",
+    "evaluate",
+    "train",
+]

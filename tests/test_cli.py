@@ -1,0 +1,68 @@
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ella.cli import build_parser, main
+from ella.train import HELP, TrainConfig
+
+TINY = [
+    "--train-size", "48", "--test-size", "32", "--width", "1", "--epochs", "2",
+    "--batch-size", "16", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
+    "--n-hypersteps", "2", "--no-progress",
+]  # fmt: skip
+
+
+def test_every_config_field_is_a_documented_option():
+    assert set(HELP) == {f.name for f in dataclasses.fields(TrainConfig)}
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    for field in dataclasses.fields(TrainConfig):
+        assert "--" + field.name.replace("_", "-") in text
+
+
+@pytest.mark.slow
+def test_train_then_report_through_the_command_line(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ella.cli", "train", "--out", str(out), *TINY],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "GCONV %" in proc.stdout and "layer8" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert {"test_accuracy", "log_marglik", "prior_precision", "effective_parameters"} <= set(
+        results
+    )
+    assert json.loads((out / "config.json").read_text())["epochs"] == 2
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    (out / "effective_parameters.png").unlink()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ella.cli", "report", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "layer1" in proc.stdout
+    assert (out / "effective_parameters.png").is_file()
+
+
+def test_refuses_to_overwrite_a_run(tmp_path, capsys):
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    assert main(["train", "--out", str(tmp_path), *TINY]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_bad_options_give_clear_errors(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "a"), "--dataset", "svhn", *TINY]) == 1
+    assert "unknown dataset 'svhn'" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "b"), "--paths", "fc", "mlp", *TINY]) == 1
+    assert "unknown path name" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nothing")]) == 1
+    assert "no results.json" in capsys.readouterr().err
+
+
+def test_demo_runs(capsys):
+    assert main(["demo", "--image-size", "8", "--batch-size", "4", "--width", "1"]) == 0
+    assert "GCONV" in capsys.readouterr().out

@@ -1,0 +1,120 @@
+import json
+import math
+
+import pytest
+import torch
+
+from ella.train import TrainConfig, Trainer, TrainingDivergedError, cosine_lr
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    values = dict(
+        train_size=48,
+        test_size=32,
+        width=1,
+        paths=("fc", "conv", "gconv"),
+        epochs=3,
+        batch_size=16,
+        n_epochs_burnin=1,
+        marglik_frequency=1,
+        n_hypersteps=3,
+        marglik_batch_size=48,
+        progress=False,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+class InterruptError(Exception):
+    pass
+
+
+def test_cosine_schedule():
+    assert cosine_lr(0, 100, 0.1, 1e-6) == pytest.approx(0.1)
+    assert cosine_lr(50, 100, 0.1, 0.0) == pytest.approx(0.05)
+    assert cosine_lr(100, 100, 0.1, 1e-6) == pytest.approx(1e-6)
+
+
+def test_evidence_schedule(tmp_path):
+    trainer = Trainer(tiny_config(epochs=12, n_epochs_burnin=4, marglik_frequency=3), tmp_path)
+    due = []
+    for epoch in range(1, 13):
+        trainer.state.epoch = epoch
+        due.append(trainer.evidence_due())
+    assert [e for e, d in zip(range(1, 13), due, strict=True) if d] == [6, 9, 12]
+    trainer.config.learn_priors = False
+    assert not trainer.evidence_due()
+
+
+def test_map_only_never_fits_the_evidence(tmp_path):
+    results = Trainer(tiny_config(learn_priors=False, epochs=2), tmp_path).run()
+    assert results["log_marglik"] == []
+    assert results["reported_state"] == "final"
+    assert set(results["prior_precision"].values()) == {1.0}
+    assert math.isfinite(results["log_marglik_reported_state"])
+
+
+@pytest.mark.slow
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path):
+    full = Trainer(tiny_config(), tmp_path / "full")
+    full_results = full.run()
+
+    def stop_after_two(trainer):
+        if trainer.state.epoch == 2:
+            raise InterruptError
+
+    with pytest.raises(InterruptError):
+        Trainer(tiny_config(), tmp_path / "cut", on_epoch_end=stop_after_two).run()
+    resumed = Trainer(tiny_config(), tmp_path / "cut")
+    resumed_results = resumed.run(resume=True)
+
+    for (name, a), b in zip(
+        full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert torch.equal(full.log_prior, resumed.log_prior)
+    assert full_results["log_marglik"] == resumed_results["log_marglik"]
+    assert full_results["test_accuracy"] == resumed_results["test_accuracy"]
+    metrics = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(m)["epoch"] for m in metrics] == [1, 2, 3]
+
+
+def test_learned_run_writes_the_contract(tmp_path):
+    results = Trainer(tiny_config(epochs=2), tmp_path).run()
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert 0 <= saved["test_accuracy"] <= 1
+    assert len(saved["log_marglik"]) == 2
+    assert saved["prior_precision"].keys() >= {"layer1.fc", "layer1.conv", "layer8.gconv"}
+    assert saved["prior_precision"] != {k: 1.0 for k in saved["prior_precision"]}
+    layers = saved["effective_parameters"]
+    assert [r["layer"] for r in layers] == [f"layer{i}" for i in range(1, 9)]
+    for row in layers:
+        assert sum(row[p] for p in ("fc", "conv", "gconv")) == pytest.approx(100)
+        for p in ("fc", "conv", "gconv"):
+            assert 0 <= row["effective"][p] <= row["parameters"][p]
+    assert (tmp_path / "effective_parameters.png").stat().st_size > 1000
+    assert (tmp_path / "checkpoint.pt").is_file()
+    assert results["table"].startswith("layer")
+
+
+def test_nan_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
+    def poison(trainer):
+        with torch.no_grad():
+            next(trainer.model.parameters()).fill_(float("nan"))
+
+    trainer = Trainer(tiny_config(learn_priors=False), tmp_path, on_epoch_end=poison)
+    with pytest.raises(TrainingDivergedError, match="became nan at epoch 2.*last good checkpoint"):
+        trainer.run()
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"]["epoch"] == 1
+
+
+def test_bad_configuration(tmp_path):
+    with pytest.raises(ValueError, match="epochs must be at least 1"):
+        Trainer(tiny_config(epochs=0), tmp_path)
+    with pytest.raises(ValueError, match="unknown dataset 'cifar100'"):
+        Trainer(tiny_config(dataset="cifar100"), tmp_path)
+    with pytest.raises(ValueError, match="optimizer must be sgd or adam"):
+        Trainer(tiny_config(optimizer="rmsprop"), tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer(tiny_config(), tmp_path / "empty").run(resume=True)
