@@ -3,7 +3,7 @@
 #
 # torch: kept if the venv already has one; otherwise ELLA_TORCH_SPEC if set,
 # the normal PyPI build on a machine with an NVIDIA GPU, and a CPU build
-# (torch==2.13.0 from local wheels, else the PyTorch CPU index) elsewhere.
+# (torch 2.13.0+cpu from local wheels, else the PyTorch CPU index) elsewhere.
 # laplace-torch, curvlinops and backpack declare torchvision but never import
 # it, so they are installed with --no-deps after their real dependencies.
 set -euo pipefail
@@ -25,8 +25,11 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "${pip[@]}" torch
   else
-    "${pip[@]}" --no-index torch==2.13.0 2>/dev/null \
-      || "${pip[@]}" torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+    # "+cpu" matches only a CPU build: a local wheel (pip's find-links) if there is one,
+    # else the PyTorch CPU index; never PyPI's CUDA build.
+    "${pip[@]}" "torch==2.13.0+cpu" 2>/dev/null \
+      || "${pip[@]}" --retries 1 --timeout 30 torch \
+        --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple \
       || { echo "[setup] could not find a CPU build of torch; set ELLA_TORCH_SPEC" >&2; exit 1; }
   fi
 fi
