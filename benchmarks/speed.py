@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -31,9 +30,7 @@ from benchmarks._common import environment, write_results
 from ella.train import TrainConfig, Trainer
 
 PROFILES = {
-    "cpu": dict(
-        train_size=1000, test_size=500, epochs=10, n_epochs_burnin=5, marglik_frequency=5
-    ),
+    "cpu": dict(train_size=1000, test_size=500, epochs=10, n_epochs_burnin=5, marglik_frequency=5),
     "paper": dict(
         dataset="mnist",
         train_size=None,

@@ -16,14 +16,6 @@ from ella.marglik import (
 from ella.models import mixer
 
 
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 def blr_problem(n=40, d=5, sigma=0.3):
     g = torch.Generator().manual_seed(1)
     X = torch.randn(n, d, generator=g)

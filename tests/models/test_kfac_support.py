@@ -9,14 +9,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella.models import mixer
 
 
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 @pytest.mark.parametrize("gconv_mode", ["full", "shared"])
 @pytest.mark.parametrize("group", ["C4", "D4"])
 def test_kron_laplace_backends_agree(float64, gconv_mode, group):
