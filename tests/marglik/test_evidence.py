@@ -128,6 +128,16 @@ def test_unknown_options():
         LaplaceEvidence(model, PriorStructure(model)).log_marginal_likelihood(torch.zeros(1))
 
 
+def test_effective_parameters_limits_for_a_full_rank_block():
+    eigs = torch.rand(50) + 0.1
+    assert effective_parameters(eigs, 1e-9) == pytest.approx(50, rel=1e-6)
+    assert effective_parameters(eigs, 1e9) == pytest.approx(0, abs=1e-6)
+    values = [effective_parameters(eigs, d) for d in (1e-3, 1e-1, 1, 10, 1e3)]
+    assert values == sorted(values, reverse=True)  # monotone in the prior precision
+    # closed form for a single eigenvalue
+    assert effective_parameters(torch.tensor([3.0]), 1.0) == pytest.approx(0.75)
+
+
 def test_effective_parameters_of_a_fitted_model(float64):
     model = tiny_mixer()
     prior = PriorStructure(model, "tensor")
