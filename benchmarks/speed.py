@@ -138,7 +138,8 @@ def main() -> None:
             f"({cfg.train_size or 'all'} training images), {cfg.epochs} epochs, batch "
             f"{cfg.batch_size}; ELLA fits the evidence after epochs "
             f"{cfg.n_epochs_burnin}+ every {cfg.marglik_frequency} ({rounds} rounds, "
-            f"{cfg.n_hypersteps} hypersteps each) plus once for the final report.",
+            f"{cfg.n_hypersteps} hypersteps each), plus once more for the final report "
+            "unless the best-evidence state is the last round's.",
             "",
             "| quantity | value |",
             "|---|---:|",

@@ -99,6 +99,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ella.data import DataFileError
     from ella.train import Trainer, TrainingDivergedError
 
+    if args.out is None:
+        if args.resume:
+            print("error: --resume needs --out RUN_DIR", file=sys.stderr)
+            return 2
+        args.out = time.strftime("runs/run-%Y%m%d-%H%M%S")
     out = Path(args.out)
     if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
         print(
@@ -153,7 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         "report the effective parameters per layer and path.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    train.add_argument("--out", default="runs/latest", help="run directory")
+    train.add_argument(
+        "--out",
+        default=None,
+        help="run directory (default: a new runs/run-YYYYmmdd-HHMMSS)",
+    )
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
     train.add_argument(
         "--overwrite", action="store_true", help="start again even if --out holds a run"

@@ -46,6 +46,15 @@ def test_train_then_report_through_the_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "layer1" in proc.stdout
     assert (out / "effective_parameters.png").is_file()
+    # --resume alone takes the run's saved options; a finished run just reports again
+    assert main(["train", "--out", str(out), "--resume"]) == 0
+    # a changed option is refused, naming it
+    assert main(["train", "--out", str(out), "--resume", "--epochs", "5"]) == 1
+
+
+def test_resume_needs_a_run_directory(capsys):
+    assert main(["train", "--resume"]) == 2
+    assert "--resume needs --out" in capsys.readouterr().err
 
 
 def test_refuses_to_overwrite_a_run(tmp_path, capsys):

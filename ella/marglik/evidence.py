@@ -16,6 +16,7 @@ each evaluation costs about a millisecond (Immer et al., ICML 2021, Sec. 4).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from enum import Enum
 
@@ -141,7 +142,10 @@ class LaplaceEvidence:
             backend=_BACKENDS[self.backend],
             backend_kwargs={"stochastic": self.ggn == "mc"},
         )
-        la.fit(loader, progress_bar=progress)
+        with warnings.catch_warnings():
+            # ASDL registers non-full backward hooks; torch warns about them on every fit.
+            warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
+            la.fit(loader, progress_bar=progress)
         if self.structure is HessianStructure.KRON:
             blocks = len(la.H_facs.kfacs)
             if blocks != self.prior.n_tensors:
