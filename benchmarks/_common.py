@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+from ella.io import save_json, save_text
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -25,17 +24,8 @@ def environment() -> dict:
     }
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_results(name: str, payload: dict, markdown: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md``."""
-    write_atomic(RESULTS / f"{name}.json", json.dumps(payload, indent=2) + "\n")
-    write_atomic(RESULTS / f"{name}.md", markdown)
+    save_json(payload, RESULTS / f"{name}.json")
+    save_text(markdown, RESULTS / f"{name}.md")
     print(f"wrote {RESULTS / name}.json and .md")

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ella.io import atomic_write
 from ella.marglik import LaplaceEvidence, PriorStructure, aggregate, effective_parameters
 from ella.nn import PATH_NAMES
 
@@ -93,10 +94,6 @@ def save_figure(results: dict, path: str | Path) -> Path:
     ax.set_title("Learned symmetry per layer")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
     plt.close(fig)
-    tmp.replace(path)
-    return path
+    return Path(path)

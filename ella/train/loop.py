@@ -29,9 +29,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
 from ella.data import load_dataset
+from ella.io import load_torch, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.models import mixer
-from ella.train.checkpoint import load_torch, save_json, save_jsonl, save_torch
 from ella.train.config import TrainConfig
 
 CHECKPOINT = "checkpoint.pt"

@@ -1,17 +1,19 @@
-"""Atomic file writes: a crash never leaves a half-written checkpoint or result."""
+"""Atomic file writes: a crash never leaves a half-written checkpoint, result or figure."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(f)`` on a temporary file next to ``path``, then rename it to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -24,19 +26,24 @@ def _atomic(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
 
 
 def save_torch(obj: Any, path: Path) -> None:
     """``torch.save`` through a temporary file and an atomic rename."""
-    _atomic(path, lambda f: torch.save(obj, f))
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def save_text(text: str, path: Path) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def save_json(obj: Any, path: Path) -> None:
-    _atomic(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
+    save_text(json.dumps(obj, indent=2) + "\n", path)
 
 
 def save_jsonl(rows: list[dict], path: Path) -> None:
-    _atomic(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    save_text("".join(json.dumps(r) + "\n" for r in rows), path)
 
 
 def load_torch(path: Path) -> Any:
