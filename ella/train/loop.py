@@ -63,8 +63,10 @@ def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: i
 def evaluate(model: nn.Module, data: TensorDataset, batch_size: int = 500) -> dict[str, float]:
     """Accuracy and mean negative log likelihood on ``data``."""
     model.eval()
+    device = next(model.parameters()).device
     correct, nll, n = 0, 0.0, 0
     for x, y in DataLoader(data, batch_size=batch_size):
+        x, y = x.to(device), y.to(device)
         logits = model(x)
         correct += int((logits.argmax(1) == y).sum())
         nll += float(F.cross_entropy(logits, y, reduction="sum"))
