@@ -25,6 +25,34 @@ KNOWN_MD5: dict[str, str] = {
     "FashionMNIST/raw/train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
     "FashionMNIST/raw/t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
     "FashionMNIST/raw/t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+    "cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a",
+    "cifar10-subset/cifar10_subset.npz": "0a87453073352c45b0ed4967f381e3e2",
+    "cifar10-subset/batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
+}
+
+#: where ``ella download`` fetches each file (the usual public mirrors).
+SOURCES: dict[str, str] = {
+    **{
+        f"MNIST/raw/{stem}.gz": f"https://ossci-datasets.s3.amazonaws.com/mnist/{stem}.gz"
+        for stem in (
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        )
+    },
+    **{
+        f"FashionMNIST/raw/{stem}.gz": (
+            f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{stem}.gz"
+        )
+        for stem in (
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        )
+    },
+    "cifar-10-python.tar.gz": "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
 }
 
 
@@ -53,9 +81,11 @@ def verified_path(root: Path, relative: str) -> Path:
     """Path of a known file under ``root``, checked against its md5."""
     path = root / relative
     if not path.is_file():
+        hint = " or run `ella download` to fetch it," if relative in SOURCES else ""
         raise DataFileError(
-            f"missing data file {path}. Put the original file there, or point --data-dir "
-            f"(or the ELLA_DATA environment variable) at a directory holding {relative}"
+            f"missing data file {path}. Put the original file there,{hint} or point "
+            f"--data-dir (or the ELLA_DATA environment variable) at a directory holding "
+            f"{relative}"
         )
     expected = KNOWN_MD5.get(relative)
     if expected is not None and md5(path) != expected:
@@ -82,3 +112,30 @@ def read_idx(path: Path) -> np.ndarray:
     if len(data) != header + int(np.prod(shape)):
         raise DataFileError(f"{path} is truncated: header says shape {shape}")
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def download(relative: str, root: Path, timeout: float = 60.0) -> Path:
+    """Fetch one known file from its usual source into ``root``, atomically, and verify it.
+
+    Only called when a user asks (``ella download``); tests and CI never download.
+    """
+    import urllib.request
+
+    from ella.io import atomic_write
+
+    if relative not in SOURCES:
+        raise ValueError(f"no known source for {relative}; known: {', '.join(SOURCES)}")
+    path = root / relative
+    if path.is_file() and md5(path) == KNOWN_MD5[relative]:
+        return path
+    url = SOURCES[relative]
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            atomic_write(path, lambda f: f.write(response.read()))
+    except OSError as err:
+        raise DataFileError(f"could not download {url}: {err}; check the network") from err
+    try:
+        return verified_path(root, relative)
+    except DataFileError:
+        path.unlink(missing_ok=True)  # never leave a corrupt download behind
+        raise

@@ -41,6 +41,7 @@ class TrainConfig:
     data_dir: str | None = None
     train_size: int | None = 1000
     test_size: int | None = None
+    augment: str = "none"
     # model
     paths: tuple[str, ...] = PATH_NAMES
     group: str = "C4"
@@ -96,6 +97,12 @@ class TrainConfig:
         for name in ("lr", "prior_precision", "lr_hyp"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        from ella.data.transforms import AUGMENTATIONS
+
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(
+                f"unknown augmentation {self.augment!r}; choose from {', '.join(AUGMENTATIONS)}"
+            )
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be sgd or adam, got {self.optimizer!r}")
         if self.n_hypersteps < 0 or self.n_epochs_burnin < 0:
@@ -104,10 +111,13 @@ class TrainConfig:
 
 #: Help text of every option of ``ella train`` (a test checks none is missing).
 HELP: dict[str, str] = {
-    "dataset": "data set: mnist_subset (embedded, default), mnist or fashion_mnist",
+    "dataset": "data set: [variant_]base, base one of mnist_subset (embedded), mnist, "
+    "fashion_mnist, cifar10, cifar10_subset; variant one of rotated, translated, scaled, c4, "
+    "d4, quadrant, quadrant40 (e.g. rotated_mnist)",
     "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella",
     "train_size": "number of training images to use (the first N)",
     "test_size": "number of test images to use (default: all)",
+    "augment": "training-time augmentation per image: none, c4, d4, rotate, translate, scale",
     "paths": "paths of every layer: any of fc conv gconv",
     "group": "group the input is lifted to: trivial, C4 or D4",
     "width": "channel multiplier of the mixer",

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
 from ella.data import load_dataset
+from ella.data.transforms import augment
 from ella.io import load_torch, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.models import mixer
@@ -170,6 +171,7 @@ class Trainer:
         cfg, model = self.config, self.model
         model.train()
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.state.epoch)
+        augment_generator = torch.Generator().manual_seed(cfg.seed * 7_919 + self.state.epoch)
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
         )
@@ -177,6 +179,7 @@ class Trainer:
         total_steps = cfg.epochs * self.steps_per_epoch
         loss_sum, correct, seen = 0.0, 0, 0
         for x, y in loader:
+            x = augment(x, cfg.augment, augment_generator)  # per image; the test set never
             x, y = x.to(self.device), y.to(self.device)
             lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
             for group in self.optimizer.param_groups:
