@@ -1,0 +1,94 @@
+"""Running a list of training configurations and writing a results table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from benchmarks._common import RESULTS, environment
+from ella.io import save_json, save_text
+from ella.train import TrainConfig, Trainer
+
+#: the offline data directory of this project (``../shared/data``), used unless
+#: ``--data-dir`` or ``$ELLA_DATA`` says otherwise
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def default_data_dir() -> str | None:
+    if os.environ.get("ELLA_DATA"):
+        return os.environ["ELLA_DATA"]
+    return str(SHARED_DATA) if SHARED_DATA.is_dir() else None
+
+
+def common_arguments(parser: argparse.ArgumentParser, profiles: dict) -> None:
+    parser.add_argument("--profile", choices=sorted(profiles), default="cpu")
+    parser.add_argument(
+        "--data-dir", default=default_data_dir(), help="data directory (default: ../shared/data)"
+    )
+    parser.add_argument("--results-dir", default=str(RESULTS), help="where to write results")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_all(runs: list[tuple[dict, TrainConfig]], desc: str) -> list[dict]:
+    """Train every configuration; return one row per run (its labels plus measurements)."""
+    rows = []
+    bar = tqdm(runs, desc=desc)
+    for labels, config in bar:
+        bar.set_postfix(labels)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as out:
+            r = Trainer(config, out).run()
+        rows.append(
+            {
+                **labels,
+                "test_accuracy": r["test_accuracy"],
+                "test_nll": r["test_nll"],
+                "final_test_accuracy": r["final_test_accuracy"],
+                "log_marglik": r["log_marglik_reported_state"],
+                "log_marglik_history": r["log_marglik"],
+                "shares": shares_summary(r["effective_parameters"]),
+                "effective_parameters": r["effective_parameters"],
+                "prior_precision": r["prior_precision"],
+                "parameters": r["parameters"],
+                "train_size": r["train_size"],
+                "test_size": r["test_size"],
+                "epochs": r["epochs"],
+                "seconds": time.perf_counter() - start,
+            }
+        )
+    return rows
+
+
+def shares_summary(layers: list[dict]) -> dict:
+    """Mean share per path over layers, and the min-max range (the paper's Table 3 format)."""
+    out = {}
+    for p in ("fc", "conv", "gconv"):
+        values = [row[p] for row in layers]
+        out[p] = sum(values) / len(values)
+        out[f"{p}_min"], out[f"{p}_max"] = min(values), max(values)
+    return out
+
+
+def stamp(args: argparse.Namespace, script: str, profile: dict, seconds: float) -> dict:
+    return {
+        "profile": args.profile,
+        "command": f"python -m benchmarks.{script} --profile {args.profile}",
+        "settings": profile,
+        "seed": args.seed,
+        "environment": environment(),
+        "wall_time_s": seconds,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> None:
+    root = Path(args.results_dir)
+    save_json(payload, root / f"{name}.json")
+    save_text(markdown, root / f"{name}.md")
+    print(f"wrote {root / name}.json and .md")

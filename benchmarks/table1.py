@@ -1,0 +1,117 @@
+"""ELLA paper, Table 1: digit vs (digit, quadrant) classification, FC vs CONV vs learned.
+
+MNIST digits placed in a random quadrant of a 56x56 canvas, resized to 32x32,
+labelled by digit (10 classes, ``quadrant_mnist``) or by (digit, quadrant)
+(40 classes, ``quadrant40_mnist``). A CONV network with global pooling is
+translation invariant and cannot tell quadrants apart; an FC network can but
+generalises worse; learning FC+CONV priors by marginal likelihood should do
+well on both. Models (group ``trivial``: no rotations):
+
+* ``fc_map``, ``conv_map``: FC-only / CONV-only mixer, fixed prior (MAP);
+* ``fc_laplace``, ``conv_laplace``: the same with learned priors;
+* ``learned``: FC+CONV mixer with learned per-layer, per-path priors.
+
+    python -m benchmarks.table1 --profile cpu     # about 25 minutes on 2 CPU cores
+    python -m benchmarks.table1 --profile paper   # full MNIST, long schedule (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks._runner import common_arguments, run_all, stamp, write
+from ella.train import TrainConfig
+
+PAPER = {  # test accuracy in %, ELLA paper Table 1
+    ("digit", "fc_map"): 95.73,
+    ("quadrant", "fc_map"): 95.10,
+    ("digit", "conv_map"): 99.38,
+    ("quadrant", "conv_map"): 24.68,
+    ("digit", "fc_laplace"): 97.04,
+    ("quadrant", "fc_laplace"): 95.46,
+    ("digit", "conv_laplace"): 99.23,
+    ("quadrant", "conv_laplace"): 24.50,
+    ("digit", "learned"): 98.86,
+    ("quadrant", "learned"): 99.00,
+}
+MODELS = {
+    "fc_map": (("fc",), False),
+    "conv_map": (("conv",), False),
+    "fc_laplace": (("fc",), True),
+    "conv_laplace": (("conv",), True),
+    "learned": (("fc", "conv"), True),
+}
+TASKS = {"digit": "quadrant_mnist", "quadrant": "quadrant40_mnist"}
+PROFILES = {
+    "smoke": dict(train_size=32, test_size=32, epochs=2, n_epochs_burnin=1,
+                  marglik_frequency=1, n_hypersteps=2, width=1, batch_size=16),
+    "cpu": dict(train_size=2000, test_size=1000, epochs=10, n_epochs_burnin=4,
+                marglik_frequency=3, n_hypersteps=20, width=4, ggn="mc"),
+    "paper": dict(train_size=None, test_size=None, epochs=200, n_epochs_burnin=10,
+                  marglik_frequency=5, n_hypersteps=20, width=8, optimizer="sgd", lr=0.1,
+                  prior_precision=1.0, batch_size=500),
+}  # fmt: skip
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_arguments(parser, PROFILES)
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    runs = [
+        (
+            {"task": task, "model": model},
+            TrainConfig(
+                dataset=dataset, data_dir=args.data_dir, group="trivial", paths=paths,
+                learn_priors=learn, seed=args.seed, progress=False, **profile,
+            ),
+        )
+        for task, dataset in TASKS.items()
+        for model, (paths, learn) in MODELS.items()
+    ]  # fmt: skip
+    start = time.time()
+    rows = run_all(runs, "table 1")
+    for row in rows:
+        row["paper_test_accuracy"] = PAPER[(row["task"], row["model"])] / 100
+    acc = {(r["task"], r["model"]): r["test_accuracy"] for r in rows}
+    claims = {
+        "learned >= conv_map - 1 point on digit": acc[("digit", "learned")]
+        >= acc[("digit", "conv_map")] - 0.01,
+        "learned >= fc_map on (digit, quadrant)": acc[("quadrant", "learned")]
+        >= acc[("quadrant", "fc_map")],
+        "conv_map collapses on (digit, quadrant) (< 50%)": acc[("quadrant", "conv_map")] < 0.5,
+    }
+    payload = {
+        **stamp(args, "table1", profile, time.time() - start),
+        "claims": claims,
+        "rows": rows,
+    }
+    lines = [
+        "# ELLA Table 1: digit vs (digit, quadrant), test accuracy [%]",
+        "",
+        f"`{payload['command']}`; profile `{args.profile}`: {profile}; seed {args.seed}; "
+        f"{payload['environment']['device']}, {payload['torch_threads']} threads; "
+        f"wall time {payload['wall_time_s'] / 60:.1f} min.",
+        "",
+        "| model | digit (ours) | digit (paper) | (digit, quadrant) (ours) | (digit, quadrant) "
+        "(paper) | parameters |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for model in MODELS:
+        d = next(r for r in rows if r["task"] == "digit" and r["model"] == model)
+        q = next(r for r in rows if r["task"] == "quadrant" and r["model"] == model)
+        lines.append(
+            f"| {model} | {100 * d['test_accuracy']:.2f} | {100 * d['paper_test_accuracy']:.2f} "
+            f"| {100 * q['test_accuracy']:.2f} | {100 * q['paper_test_accuracy']:.2f} "
+            f"| {q['parameters']:,} |"
+        )
+    lines += ["", "Claims of the paper at this profile:", ""]
+    lines += [f"- {claim}: **{'yes' if ok else 'no'}**" for claim, ok in claims.items()]
+    lines.append("")
+    write(args, "table1", payload, "\n".join(lines))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""ELLA paper, Table 3: MAP vs learned FC+CONV+GCONV priors on five data sets.
+
+The same C4 mixer (FC, CONV and GCONV paths in every layer) is trained with a
+fixed prior (``map``) and with per-layer, per-path priors learned by the
+Laplace marginal likelihood (``learned``), on MNIST, translated MNIST, rotated
+MNIST, CIFAR-10 and rotated CIFAR-10. CIFAR-10 is the full set when
+``cifar-10-python.tar.gz`` (or its batches) is in the data directory, else the
+offline subset (3805 training images), as each row's ``source`` says.
+
+    python -m benchmarks.table3 --profile cpu     # about 30 minutes on 2 CPU cores
+    python -m benchmarks.table3 --profile paper   # full data, long schedule (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks._runner import common_arguments, run_all, stamp, write
+from ella.data import data_root
+from ella.train import TrainConfig
+
+PAPER = {  # accuracy % (MAP, learned) and learned mean shares FC/CONV/GCONV %, Table 3
+    "mnist": (97.59, 99.21, (10, 15, 75)),
+    "translated_mnist": (90.78, 98.27, (0, 23, 77)),
+    "rotated_mnist": (91.02, 95.55, (8, 8, 83)),
+    "cifar10": (68.33, 80.94, (0, 44, 56)),
+    "rotated_cifar10": (48.30, 55.68, (4, 14, 82)),
+}
+PROFILES = {
+    "smoke": dict(train_size=32, test_size=32, epochs=2, n_epochs_burnin=1,
+                  marglik_frequency=1, n_hypersteps=2, width=1, batch_size=16),
+    "cpu": dict(train_size=1000, test_size=1000, epochs=10, n_epochs_burnin=4,
+                marglik_frequency=3, n_hypersteps=20, width=2, ggn="mc"),
+    "paper": dict(train_size=None, test_size=None, epochs=200, n_epochs_burnin=10,
+                  marglik_frequency=5, n_hypersteps=20, width=4, optimizer="sgd", lr=0.1,
+                  prior_precision=1.0, batch_size=500),
+}  # fmt: skip
+
+
+def cifar_source(data_dir: str | None) -> str:
+    root = data_root(data_dir)
+    full = (root / "cifar-10-python.tar.gz").is_file() or (root / "cifar-10-batches-py").is_dir()
+    return "full" if full else "subset"
+
+
+def dataset_name(row: str, source: str) -> str:
+    return f"{row}_subset" if row.endswith("cifar10") and source == "subset" else row
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_arguments(parser, PROFILES)
+    parser.add_argument("--datasets", nargs="+", default=list(PAPER), choices=list(PAPER))
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    source = cifar_source(args.data_dir)
+    runs = []
+    for row in args.datasets:
+        for model in ("map", "learned"):
+            labels = {"dataset": row, "model": model}
+            if "cifar" in row:
+                labels["source"] = source
+            config = TrainConfig(
+                dataset=dataset_name(row, source), data_dir=args.data_dir, group="C4",
+                paths=("fc", "conv", "gconv"), learn_priors=model == "learned",
+                seed=args.seed, progress=False, **profile,
+            )  # fmt: skip
+            runs.append((labels, config))
+    start = time.time()
+    rows = run_all(runs, "table 3")
+    for r in rows:
+        map_acc, learned_acc, shares = PAPER[r["dataset"]]
+        r["paper_test_accuracy"] = (learned_acc if r["model"] == "learned" else map_acc) / 100
+        if r["model"] == "learned":
+            r["paper_shares"] = dict(zip(("fc", "conv", "gconv"), shares, strict=True))
+    get = {(r["dataset"], r["model"]): r for r in rows}
+    claims = {}
+    for d in args.datasets:
+        claims[f"learned beats MAP on {d}"] = (
+            get[(d, "learned")]["test_accuracy"] > get[(d, "map")]["test_accuracy"]
+        )
+    if "rotated_mnist" in args.datasets:
+        s = get[("rotated_mnist", "learned")]["shares"]
+        claims["GCONV has the largest share on rotated MNIST"] = s["gconv"] >= max(
+            s["fc"], s["conv"]
+        )
+    for d in ("translated_mnist", "rotated_mnist"):
+        if d in args.datasets:
+            s = get[(d, "learned")]["shares"]
+            claims[f"FC has the smallest share on {d}"] = s["fc"] <= min(s["conv"], s["gconv"])
+    payload = {
+        **stamp(args, "table3", profile, time.time() - start),
+        "cifar10_source": source,
+        "claims": claims,
+        "rows": rows,
+    }
+    lines = [
+        "# ELLA Table 3: MAP vs learned FC+CONV+GCONV priors",
+        "",
+        f"`{payload['command']}`; profile `{args.profile}`: {profile}; seed {args.seed}; "
+        f"CIFAR-10 {source}; {payload['environment']['device']}, "
+        f"{payload['torch_threads']} threads; wall time {payload['wall_time_s'] / 60:.1f} min.",
+        "",
+        "| data set | MAP acc (ours / paper) | learned acc (ours / paper) | MAP NLL | learned NLL "
+        "| log marglik MAP / learned | learned shares FC/CONV/GCONV (ours) [min-max] "
+        "| paper |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for d in args.datasets:
+        m, lrn = get[(d, "map")], get[(d, "learned")]
+        s = lrn["shares"]
+        ranges = " ".join(
+            f"[{s[p + '_min']:.0f}-{s[p + '_max']:.0f}]" for p in ("fc", "conv", "gconv")
+        )
+        paper = "/".join(str(v) for v in PAPER[d][2])
+        lines.append(
+            f"| {d} | {100 * m['test_accuracy']:.2f} / {PAPER[d][0]:.2f} "
+            f"| {100 * lrn['test_accuracy']:.2f} / {PAPER[d][1]:.2f} "
+            f"| {m['test_nll']:.3f} | {lrn['test_nll']:.3f} "
+            f"| {m['log_marglik']:.0f} / {lrn['log_marglik']:.0f} "
+            f"| {s['fc']:.0f}/{s['conv']:.0f}/{s['gconv']:.0f} {ranges} | {paper} |"
+        )
+    lines += ["", "Claims of the paper at this profile:", ""]
+    lines += [f"- {claim}: **{'yes' if ok else 'no'}**" for claim, ok in claims.items()]
+    lines.append("")
+    write(args, "table3", payload, "\n".join(lines))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Smoke runs of the benchmark scripts on a tiny budget (results go to a temporary folder)."""
+
+import json
+
+import pytest
+
+from benchmarks import table1, table3
+
+from ..data.test_datasets import SHARED
+
+needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
+
+
+@pytest.mark.slow
+@needs_data
+def test_table1_smoke(tmp_path):
+    payload = table1.main(["--profile", "smoke", "--results-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "table1.json").read_text())
+    assert saved["profile"] == "smoke" and len(saved["rows"]) == 10
+    assert {(r["task"], r["model"]) for r in saved["rows"]} == set(table1.PAPER)
+    assert all(0 <= r["test_accuracy"] <= 1 for r in saved["rows"])
+    assert set(payload["claims"]) and (tmp_path / "table1.md").read_text().startswith("# ELLA")
+
+
+@pytest.mark.slow
+@needs_data
+def test_table3_smoke(tmp_path):
+    argv = ["--profile", "smoke", "--results-dir", str(tmp_path)]
+    table3.main([*argv, "--datasets", "rotated_mnist", "cifar10"])
+    saved = json.loads((tmp_path / "table3.json").read_text())
+    assert [(r["dataset"], r["model"]) for r in saved["rows"]] == [
+        ("rotated_mnist", "map"), ("rotated_mnist", "learned"),
+        ("cifar10", "map"), ("cifar10", "learned"),
+    ]  # fmt: skip
+    for row in saved["rows"]:
+        assert set(row["shares"]) >= {"fc", "conv", "gconv"}
+        assert sum(row["shares"][p] for p in ("fc", "conv", "gconv")) == pytest.approx(100)
+    assert saved["rows"][-1]["source"] == "subset"
