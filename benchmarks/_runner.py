@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -35,12 +36,28 @@ def common_arguments(parser: argparse.ArgumentParser, profiles: dict) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def run_all(runs: list[tuple[dict, TrainConfig]], desc: str) -> list[dict]:
-    """Train every configuration; return one row per run (its labels plus measurements)."""
-    rows = []
+def run_all(
+    runs: list[tuple[dict, TrainConfig]], desc: str, partial: Path | None = None
+) -> list[dict]:
+    """Train every configuration; return one row per run (its labels plus measurements).
+
+    If ``partial`` is given, each finished row is saved there at once (atomically),
+    and rows already saved for the same labels and configuration are reused, so an
+    interrupted benchmark continues where it stopped.
+    """
+    done = {}
+    if partial is not None and partial.is_file():
+        for row in json.loads(partial.read_text()):
+            done[json.dumps([row["labels"], row["config"]], sort_keys=True)] = row["row"]
+    saved, rows = [], []
     bar = tqdm(runs, desc=desc)
     for labels, config in bar:
         bar.set_postfix(labels)
+        key = json.dumps([labels, config.to_dict()], sort_keys=True)
+        if key in done:
+            rows.append(done[key])
+            saved.append({"labels": labels, "config": config.to_dict(), "row": done[key]})
+            continue
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             r = Trainer(config, out).run()
@@ -62,6 +79,9 @@ def run_all(runs: list[tuple[dict, TrainConfig]], desc: str) -> list[dict]:
                 "seconds": time.perf_counter() - start,
             }
         )
+        if partial is not None:
+            saved.append({"labels": labels, "config": config.to_dict(), "row": rows[-1]})
+            save_json(saved, partial)
     return rows
 
 
@@ -87,8 +107,14 @@ def stamp(args: argparse.Namespace, script: str, profile: dict, seconds: float) 
     }
 
 
+def partial_path(args: argparse.Namespace, name: str) -> Path:
+    """Where finished runs of an unfinished benchmark are kept (removed when it completes)."""
+    return Path(args.results_dir) / f".{name}.{args.profile}.partial.json"
+
+
 def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> None:
     root = Path(args.results_dir)
     save_json(payload, root / f"{name}.json")
     save_text(markdown, root / f"{name}.md")
+    partial_path(args, name).unlink(missing_ok=True)
     print(f"wrote {root / name}.json and .md")

@@ -11,7 +11,7 @@ well on both. Models (group ``trivial``: no rotations):
 * ``fc_laplace``, ``conv_laplace``: the same with learned priors;
 * ``learned``: FC+CONV mixer with learned per-layer, per-path priors.
 
-    python -m benchmarks.table1 --profile cpu     # about 25 minutes on 2 CPU cores
+    python -m benchmarks.table1 --profile cpu     # about 10 minutes on 2 CPU cores
     python -m benchmarks.table1 --profile paper   # full MNIST, long schedule (GPU)
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks._runner import common_arguments, run_all, stamp, write
+from benchmarks._runner import common_arguments, partial_path, run_all, stamp, write
 from ella.train import TrainConfig
 
 PAPER = {  # test accuracy in %, ELLA paper Table 1
@@ -46,8 +46,8 @@ TASKS = {"digit": "quadrant_mnist", "quadrant": "quadrant40_mnist"}
 PROFILES = {
     "smoke": dict(train_size=32, test_size=32, epochs=2, n_epochs_burnin=1,
                   marglik_frequency=1, n_hypersteps=2, width=1, batch_size=16),
-    "cpu": dict(train_size=2000, test_size=1000, epochs=10, n_epochs_burnin=4,
-                marglik_frequency=3, n_hypersteps=20, width=4, ggn="mc"),
+    "cpu": dict(train_size=4000, test_size=2000, epochs=15, n_epochs_burnin=5,
+                marglik_frequency=5, n_hypersteps=20, width=4, ggn="mc"),
     "paper": dict(train_size=None, test_size=None, epochs=200, n_epochs_burnin=10,
                   marglik_frequency=5, n_hypersteps=20, width=8, optimizer="sgd", lr=0.1,
                   prior_precision=1.0, batch_size=500),
@@ -71,7 +71,7 @@ def main(argv=None) -> dict:
         for model, (paths, learn) in MODELS.items()
     ]  # fmt: skip
     start = time.time()
-    rows = run_all(runs, "table 1")
+    rows = run_all(runs, "table 1", partial_path(args, "table1"))
     for row in rows:
         row["paper_test_accuracy"] = PAPER[(row["task"], row["model"])] / 100
     acc = {(r["task"], r["model"]): r["test_accuracy"] for r in rows}

@@ -75,3 +75,8 @@ def test_bad_options_give_clear_errors(tmp_path, capsys):
 def test_demo_runs(capsys):
     assert main(["demo", "--image-size", "8", "--batch-size", "4", "--width", "1"]) == 0
     assert "GCONV" in capsys.readouterr().out
+
+
+def test_download_refuses_unknown_names(capsys):
+    assert main(["download", "svhn"]) == 2
+    assert "cannot download 'svhn'" in capsys.readouterr().err
