@@ -34,6 +34,11 @@ def common_arguments(parser: argparse.ArgumentParser, profiles: dict) -> None:
     )
     parser.add_argument("--results-dir", default=str(RESULTS), help="where to write results")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rebuild the JSON claims/notes and the Markdown from the existing results file",
+    )
 
 
 def run_all(
@@ -118,3 +123,53 @@ def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> 
     save_text(markdown, root / f"{name}.md")
     partial_path(args, name).unlink(missing_ok=True)
     print(f"wrote {root / name}.json and .md")
+
+
+def schedule_note(settings: dict) -> str:
+    """When the evidence acted, for a profile's settings (a fact about the schedule)."""
+    config = TrainConfig(**{k: v for k, v in settings.items() if k in TrainConfig.__annotations__})
+    epochs = [
+        e
+        for e in range(1, config.epochs + 1)
+        if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
+    ]
+    if not epochs:
+        return "the evidence was never fitted during training at this profile"
+    from ella.train import cosine_lr
+
+    steps = epochs[0] / config.epochs
+    lr_left = cosine_lr(int(1000 * steps), 1000, 1.0, config.lr_min / config.lr)
+    return (
+        f"the evidence was fitted after epochs {epochs} of {config.epochs}: the learned priors "
+        f"shaped the weights for the last {config.epochs - epochs[0]} epochs only, when the "
+        f"cosine schedule had cut the learning rate to {100 * lr_left:.0f}% of its start"
+    )
+
+
+def comparison_notes(rows: list[dict], group: str, base: str, other: str) -> list[str]:
+    """Facts per data set/task: under-trained models and differences below one point."""
+    notes = []
+    by = {}
+    for r in rows:
+        by.setdefault(r[group], {})[r["model"]] = r
+    for name, models in by.items():
+        best = max(r["test_accuracy"] for r in models.values())
+        if best < 0.5:
+            notes.append(
+                f"{name}: the best test accuracy is {100 * best:.1f}%; the networks have not "
+                "learned this task at this budget, so accuracies and shares describe "
+                "under-trained models"
+            )
+        if base in models and other in models:
+            diff = models[other]["test_accuracy"] - models[base]["test_accuracy"]
+            if abs(diff) < 0.01:
+                notes.append(
+                    f"{name}: {other} and {base} differ by {100 * diff:+.1f} points, "
+                    "less than one point at this budget"
+                )
+    return notes
+
+
+def load_payload(args: argparse.Namespace, name: str) -> dict:
+    """The payload of a finished benchmark, for ``--render-only``."""
+    return json.loads((Path(args.results_dir) / f"{name}.json").read_text())
