@@ -21,6 +21,27 @@ from ella.train import TrainConfig, Trainer
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+#: a tiny budget for smoke tests of the scripts
+SMOKE = dict(
+    train_size=32, test_size=32, epochs=2, n_epochs_burnin=1, marglik_frequency=1,
+    n_hypersteps=2, width=1, batch_size=16,
+)  # fmt: skip
+#: the reference's schedule on the full data (for a GPU)
+PAPER_SCHEDULE = dict(
+    train_size=None, test_size=None, epochs=200, n_epochs_burnin=10, marglik_frequency=5,
+    n_hypersteps=20, optimizer="sgd", lr=0.1, prior_precision=1.0, batch_size=500,
+)  # fmt: skip
+
+
+def claims_markdown(claims: dict[str, bool], notes: list[str]) -> list[str]:
+    """The claims checked at a profile and the measured notes on them, as Markdown lines."""
+    lines = ["", "Claims of the paper at this profile:", ""]
+    lines += [f"- {claim}: **{'yes' if ok else 'no'}**" for claim, ok in claims.items()]
+    lines += ["", "Why, as measured:", ""]
+    lines += [f"- {note}" for note in notes]
+    return [*lines, ""]
+
+
 def default_data_dir() -> str | None:
     if os.environ.get("ELLA_DATA"):
         return os.environ["ELLA_DATA"]

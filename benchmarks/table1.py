@@ -21,6 +21,9 @@ import argparse
 import time
 
 from benchmarks._runner import (
+    PAPER_SCHEDULE,
+    SMOKE,
+    claims_markdown,
     common_arguments,
     comparison_notes,
     load_payload,
@@ -63,13 +66,10 @@ ANALYSIS = {
     ]
 }
 PROFILES = {
-    "smoke": dict(train_size=32, test_size=32, epochs=2, n_epochs_burnin=1,
-                  marglik_frequency=1, n_hypersteps=2, width=1, batch_size=16),
+    "smoke": SMOKE,
     "cpu": dict(train_size=4000, test_size=2000, epochs=15, n_epochs_burnin=5,
                 marglik_frequency=5, n_hypersteps=20, width=4, ggn="mc"),
-    "paper": dict(train_size=None, test_size=None, epochs=200, n_epochs_burnin=10,
-                  marglik_frequency=5, n_hypersteps=20, width=8, optimizer="sgd", lr=0.1,
-                  prior_precision=1.0, batch_size=500),
+    "paper": {**PAPER_SCHEDULE, "width": 8},
 }  # fmt: skip
 
 
@@ -132,11 +132,7 @@ def main(argv=None) -> dict:
             f"| {100 * q['test_accuracy']:.2f} | {100 * q['paper_test_accuracy']:.2f} "
             f"| {q['parameters']:,} |"
         )
-    lines += ["", "Claims of the paper at this profile:", ""]
-    lines += [f"- {claim}: **{'yes' if ok else 'no'}**" for claim, ok in claims.items()]
-    lines += ["", "Why, as measured:", ""]
-    lines += [f"- {note}" for note in payload["notes"]]
-    lines.append("")
+    lines += claims_markdown(claims, payload["notes"])
     write(args, "table1", payload, "\n".join(lines))
     return payload
 

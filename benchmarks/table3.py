@@ -17,6 +17,9 @@ import argparse
 import time
 
 from benchmarks._runner import (
+    PAPER_SCHEDULE,
+    SMOKE,
+    claims_markdown,
     common_arguments,
     comparison_notes,
     load_payload,
@@ -37,13 +40,10 @@ PAPER = {  # accuracy % (MAP, learned) and learned mean shares FC/CONV/GCONV %, 
     "rotated_cifar10": (48.30, 55.68, (4, 14, 82)),
 }
 PROFILES = {
-    "smoke": dict(train_size=32, test_size=32, epochs=2, n_epochs_burnin=1,
-                  marglik_frequency=1, n_hypersteps=2, width=1, batch_size=16),
+    "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=1000, epochs=10, n_epochs_burnin=4,
                 marglik_frequency=3, n_hypersteps=20, width=2, ggn="mc"),
-    "paper": dict(train_size=None, test_size=None, epochs=200, n_epochs_burnin=10,
-                  marglik_frequency=5, n_hypersteps=20, width=4, optimizer="sgd", lr=0.1,
-                  prior_precision=1.0, batch_size=500),
+    "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip
 
 
@@ -143,11 +143,7 @@ def main(argv=None) -> dict:
             f"| {m['log_marglik']:.0f} / {lrn['log_marglik']:.0f} "
             f"| {s['fc']:.0f}/{s['conv']:.0f}/{s['gconv']:.0f} {ranges} | {paper} |"
         )
-    lines += ["", "Claims of the paper at this profile:", ""]
-    lines += [f"- {claim}: **{'yes' if ok else 'no'}**" for claim, ok in claims.items()]
-    lines += ["", "Why, as measured:", ""]
-    lines += [f"- {note}" for note in payload["notes"]]
-    lines.append("")
+    lines += claims_markdown(claims, payload["notes"])
     write(args, "table3", payload, "\n".join(lines))
     return payload
 
