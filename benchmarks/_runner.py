@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from benchmarks._common import RESULTS, environment
 from ella.io import save_json, save_text
-from ella.train import TrainConfig, Trainer
+from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
 
 #: the offline data directory of this project (``../shared/data``), used unless
 #: ``--data-dir`` or ``$ELLA_DATA`` says otherwise
@@ -149,14 +149,9 @@ def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> 
 def schedule_note(settings: dict) -> str:
     """When the evidence acted, for a profile's settings (a fact about the schedule)."""
     config = TrainConfig(**{k: v for k, v in settings.items() if k in TrainConfig.__annotations__})
-    epochs = [
-        e
-        for e in range(1, config.epochs + 1)
-        if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
-    ]
+    epochs = evidence_epochs(config)
     if not epochs:
         return "the evidence was never fitted during training at this profile"
-    from ella.train import cosine_lr
 
     steps = epochs[0] / config.epochs
     lr_left = cosine_lr(int(1000 * steps), 1000, 1.0, config.lr_min / config.lr)
@@ -191,6 +186,22 @@ def comparison_notes(rows: list[dict], group: str, base: str, other: str) -> lis
     return notes
 
 
-def load_payload(args: argparse.Namespace, name: str) -> dict:
-    """The payload of a finished benchmark, for ``--render-only``."""
-    return json.loads((Path(args.results_dir) / f"{name}.json").read_text())
+def run_or_load(
+    args: argparse.Namespace, name: str, runs: list[tuple[dict, TrainConfig]], extra: dict
+) -> dict:
+    """Train ``runs`` and stamp the payload, or with ``--render-only`` load the saved one."""
+    if args.render_only:
+        return json.loads((Path(args.results_dir) / f"{name}.json").read_text())
+    start = time.time()
+    rows = run_all(runs, name.replace("table", "table "), partial_path(args, name))
+    return {**stamp(args, name, extra.pop("settings"), time.time() - start), **extra, "rows": rows}
+
+
+def header_line(payload: dict, data_note: str = "") -> str:
+    """Command, profile, settings, seed, (data note,) device and wall time of a results file."""
+    data = f"{data_note}; " if data_note else ""
+    return (
+        f"`{payload['command']}`; profile `{payload['profile']}`: {payload['settings']}; "
+        f"seed {payload['seed']}; {data}{payload['environment']['device']}, "
+        f"{payload['torch_threads']} threads; wall time {payload['wall_time_s'] / 60:.1f} min."
+    )

@@ -30,7 +30,7 @@ import time
 import torch
 
 from benchmarks._common import environment, write_results
-from ella.train import TrainConfig, Trainer
+from ella.train import TrainConfig, Trainer, evidence_epochs
 
 PROFILES = {
     "cpu": dict(train_size=1000, test_size=500, epochs=10, n_epochs_burnin=5, marglik_frequency=5),
@@ -109,10 +109,7 @@ def main() -> None:
     print("phases ...", flush=True)
     phases = phase_times(base)
     memory = {p: child_peak_memory(args.profile, p) for p in ("map_epoch", "evidence_fit")}
-    rounds = len(
-        [e for e in range(1, base.epochs + 1)
-         if e >= base.n_epochs_burnin and e % base.marglik_frequency == 0]
-    )  # fmt: skip
+    rounds = len(evidence_epochs(base))
     payload = {
         "profile": args.profile,
         "command": f"python -m benchmarks.speed --profile {args.profile}",

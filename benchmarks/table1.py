@@ -18,7 +18,6 @@ well on both. Models (group ``trivial``: no rotations):
 from __future__ import annotations
 
 import argparse
-import time
 
 from benchmarks._runner import (
     PAPER_SCHEDULE,
@@ -26,11 +25,9 @@ from benchmarks._runner import (
     claims_markdown,
     common_arguments,
     comparison_notes,
-    load_payload,
-    partial_path,
-    run_all,
+    header_line,
+    run_or_load,
     schedule_note,
-    stamp,
     write,
 )
 from ella.train import TrainConfig
@@ -89,13 +86,8 @@ def main(argv=None) -> dict:
         for task, dataset in TASKS.items()
         for model, (paths, learn) in MODELS.items()
     ]  # fmt: skip
-    if args.render_only:
-        payload = load_payload(args, "table1")
-        rows = payload["rows"]
-    else:
-        start = time.time()
-        rows = run_all(runs, "table 1", partial_path(args, "table1"))
-        payload = {**stamp(args, "table1", profile, time.time() - start), "rows": rows}
+    payload = run_or_load(args, "table1", runs, {"settings": profile})
+    rows = payload["rows"]
     for row in rows:
         row["paper_test_accuracy"] = PAPER[(row["task"], row["model"])] / 100
     acc = {(r["task"], r["model"]): r["test_accuracy"] for r in rows}
@@ -115,10 +107,7 @@ def main(argv=None) -> dict:
     lines = [
         "# ELLA Table 1: digit vs (digit, quadrant), test accuracy [%]",
         "",
-        f"`{payload['command']}`; profile `{payload['profile']}`: {payload['settings']}; "
-        f"seed {payload['seed']}; "
-        f"{payload['environment']['device']}, {payload['torch_threads']} threads; "
-        f"wall time {payload['wall_time_s'] / 60:.1f} min.",
+        header_line(payload),
         "",
         "| model | digit (ours) | digit (paper) | (digit, quadrant) (ours) | (digit, quadrant) "
         "(paper) | parameters |",

@@ -14,7 +14,6 @@ offline subset (3805 training images), as each row's ``source`` says.
 from __future__ import annotations
 
 import argparse
-import time
 
 from benchmarks._runner import (
     PAPER_SCHEDULE,
@@ -22,11 +21,9 @@ from benchmarks._runner import (
     claims_markdown,
     common_arguments,
     comparison_notes,
-    load_payload,
-    partial_path,
-    run_all,
+    header_line,
+    run_or_load,
     schedule_note,
-    stamp,
     write,
 )
 from ella.data import data_root
@@ -79,18 +76,9 @@ def main(argv=None) -> dict:
                 seed=args.seed, progress=False, **settings,
             )  # fmt: skip
             runs.append((labels, config))
-    if args.render_only:
-        payload = load_payload(args, "table3")
-        rows, source = payload["rows"], payload["cifar10_source"]
-        args.datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    else:
-        start = time.time()
-        rows = run_all(runs, "table 3", partial_path(args, "table3"))
-        payload = {
-            **stamp(args, "table3", profile, time.time() - start),
-            "cifar10_source": source,
-            "rows": rows,
-        }
+    payload = run_or_load(args, "table3", runs, {"settings": profile, "cifar10_source": source})
+    rows, source = payload["rows"], payload["cifar10_source"]
+    args.datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     for r in rows:
         map_acc, learned_acc, shares = PAPER[r["dataset"]]
         r["paper_test_accuracy"] = (learned_acc if r["model"] == "learned" else map_acc) / 100
@@ -119,10 +107,7 @@ def main(argv=None) -> dict:
     lines = [
         "# ELLA Table 3: MAP vs learned FC+CONV+GCONV priors",
         "",
-        f"`{payload['command']}`; profile `{payload['profile']}`: {payload['settings']}; "
-        f"seed {payload['seed']}; "
-        f"CIFAR-10 {source}; {payload['environment']['device']}, "
-        f"{payload['torch_threads']} threads; wall time {payload['wall_time_s'] / 60:.1f} min.",
+        header_line(payload, f"CIFAR-10 {source}"),
         "",
         "| data set | MAP acc (ours / paper) | learned acc (ours / paper) | MAP NLL | learned NLL "
         "| log marglik MAP / learned | learned shares FC/CONV/GCONV (ours) [min-max] "

@@ -1,7 +1,14 @@
 """Training: MAP and learned layer-wise priors in one loop."""
 
 from ella.train.config import HELP, TrainConfig
-from ella.train.loop import Trainer, TrainingDivergedError, cosine_lr, evaluate, train
+from ella.train.loop import (
+    Trainer,
+    TrainingDivergedError,
+    cosine_lr,
+    evaluate,
+    evidence_epochs,
+    train,
+)
 
 __all__ = [
     "HELP",
@@ -10,5 +17,6 @@ __all__ = [
     "TrainingDivergedError",
     "cosine_lr",
     "evaluate",
+    "evidence_epochs",
     "train",
 ]

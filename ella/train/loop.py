@@ -47,6 +47,18 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
     return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
 
 
+def evidence_epochs(config: TrainConfig) -> list[int]:
+    """The (1-based) epochs after which the evidence is fitted: ``e >= n_epochs_burnin`` and
+    ``e % marglik_frequency == 0``; none when ``learn_priors`` is off."""
+    if not config.learn_priors:
+        return []
+    return [
+        e
+        for e in range(1, config.epochs + 1)
+        if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
+    ]
+
+
 def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: int) -> nn.Module:
     return mixer(
         in_channels,
@@ -241,11 +253,8 @@ class Trainer:
             )
 
     def evidence_due(self) -> bool:
-        """Evidence after (1-based) epoch e when e % marglik_frequency == 0 and e >= burn-in."""
-        cfg, epoch = self.config, self.state.epoch
-        return (
-            cfg.learn_priors and epoch >= cfg.n_epochs_burnin and epoch % cfg.marglik_frequency == 0
-        )
+        """Whether the evidence is fitted after the epoch just completed."""
+        return self.state.epoch in evidence_epochs(self.config)
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False) -> dict:
@@ -344,4 +353,12 @@ def train(config: TrainConfig, out_dir: str | Path, resume: bool = False) -> dic
     return Trainer(config, out_dir).run(resume=resume)
 
 
-__all__ = ["TrainConfig", "Trainer", "TrainingDivergedError", "cosine_lr", "evaluate", "train"]
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "TrainingDivergedError",
+    "cosine_lr",
+    "evaluate",
+    "evidence_epochs",
+    "train",
+]
