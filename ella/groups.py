@@ -24,10 +24,14 @@ a Cayley table and an image action, and nothing in :mod:`ella.nn` changes.
 
 from __future__ import annotations
 
+import math
+import re
 from abc import ABC, abstractmethod
 from functools import cached_property
 
 import torch
+
+from ella.geometry import rotate
 
 __all__ = [
     "Group",
@@ -36,6 +40,7 @@ __all__ = [
     "CircularTranslations",
     "C4",
     "D4",
+    "RotationGroup",
     "get_group",
     "available_groups",
 ]
@@ -239,6 +244,49 @@ class CircularTranslations(Group):
         return self._roll(g, z)
 
 
+class RotationGroup(Group):
+    """The cyclic group ``C_N`` of rotations by multiples of ``360/N`` degrees.
+
+    Element ``k`` rotates by ``2 pi k / N`` counter-clockwise (as ``rot90``).
+    Rotations by multiples of 90 degrees use ``torch.rot90`` and are exact;
+    the others resample bilinearly (:func:`ella.geometry.rotate`, corners
+    filled with each image's minimum), so for ``N = 8, 16`` the action is only
+    approximately a group action: ``act(a, act(b, x))`` differs from
+    ``act(a b, x)`` by interpolation error. This is the "interpolated
+    rotation" the emergent-equivariance paper uses for C8 and C16, and why
+    even an exactly C4-equivariant network scores below ``|G|`` there.
+    """
+
+    requires_square = True
+
+    def __init__(self, n: int):
+        if int(n) < 1:
+            raise ValueError(f"a rotation group needs n >= 1 elements, got {n}")
+        self.n = int(n)
+        self.name = f"C{self.n}"
+
+    @property
+    def order(self) -> int:
+        return self.n
+
+    def compose(self, a: int, b: int) -> int:
+        return (a + b) % self.n
+
+    def angle(self, g: int) -> float:
+        """Rotation angle of element ``g`` in radians."""
+        return 2 * math.pi * int(g) / self.n
+
+    def is_exact(self, g: int) -> bool:
+        """Whether element ``g`` moves pixels exactly (a multiple of 90 degrees)."""
+        return (4 * int(g)) % self.n == 0
+
+    def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
+        if self.is_exact(g):
+            return torch.rot90(x, k=(4 * int(g)) // self.n, dims=(-2, -1))
+        angles = torch.full((len(x),), self.angle(g), dtype=x.dtype, device=x.device)
+        return rotate(x, angles)
+
+
 def C4() -> MatrixGroup:
     """Cyclic group of the four 90-degree rotations (``rot90``)."""
     return MatrixGroup("C4", [(r, 0) for r in range(4)])
@@ -250,20 +298,32 @@ def D4() -> MatrixGroup:
 
 
 _REGISTRY = {"trivial": TrivialGroup, "C4": C4, "D4": D4}
+_ROTATIONS = re.compile(r"c(\d+)")
 
 
 def available_groups() -> list[str]:
-    """Names accepted by :func:`get_group`."""
+    """Names accepted by :func:`get_group` besides ``C<N>`` (interpolated rotations)."""
     return list(_REGISTRY)
 
 
 def get_group(group: str | Group) -> Group:
-    """Return a group from its name (``"trivial"``, ``"C4"``, ``"D4"``) or pass one through."""
+    """Return a group from its name or pass one through.
+
+    Names: ``"trivial"``, ``"C4"`` and ``"D4"`` (exact pixel symmetries, the
+    groups ella's layers lift to), and ``"C<N>"`` for any other ``N`` (e.g.
+    ``"C8"``, ``"C16"``): rotations by ``360/N`` degrees with interpolation,
+    see :class:`RotationGroup`. Case does not matter.
+    """
     if isinstance(group, Group):
         return group
-    key = {name.lower(): name for name in _REGISTRY}.get(str(group).lower())
-    if key is None:
-        raise ValueError(
-            f"unknown group {group!r}; available groups: {', '.join(available_groups())}"
-        )
-    return _REGISTRY[key]()
+    name = str(group).lower()
+    key = {n.lower(): n for n in _REGISTRY}.get(name)
+    if key is not None:
+        return _REGISTRY[key]()
+    match = _ROTATIONS.fullmatch(name)
+    if match and int(match.group(1)) >= 1:
+        return RotationGroup(int(match.group(1)))
+    raise ValueError(
+        f"unknown group {group!r}; available groups: {', '.join(available_groups())}, "
+        "or C<N> for N-fold interpolated rotations (e.g. C8, C16)"
+    )

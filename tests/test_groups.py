@@ -80,3 +80,33 @@ def test_bad_images():
     # the trivial group accepts any image shape
     x = torch.randn(1, 1, 4, 5)
     assert torch.equal(TrivialGroup().act_on_image(0, x), x)
+
+
+def test_interpolated_rotation_groups():
+    import math
+
+    from ella.geometry import rotate
+    from ella.groups import RotationGroup
+
+    c8 = get_group("C8")
+    assert isinstance(c8, RotationGroup) and c8.order == 8 and get_group("c16").order == 16
+    assert isinstance(get_group("C4"), type(C4()))  # C4 stays the exact matrix group
+    x = torch.randn(2, 1, 9, 9)
+    # multiples of 90 degrees are exact rot90; the rest match a bilinear rotation
+    assert torch.equal(c8.act_on_image(2, x), torch.rot90(x, 1, dims=(-2, -1)))
+    expected = rotate(x, torch.full((2,), math.pi / 4))
+    assert torch.allclose(c8.act_on_image(1, x), expected)
+    assert c8.compose(5, 6) == 3 and c8.inverse(3) == 5
+    with pytest.raises(ValueError, match="C<N>"):
+        get_group("C0")
+
+
+def test_rotation_by_interpolation_is_close_to_rot90_for_smooth_images():
+    import math
+
+    from ella.geometry import rotate
+
+    yy, xx = torch.meshgrid(torch.linspace(-1, 1, 16), torch.linspace(-1, 1, 16), indexing="ij")
+    smooth = torch.exp(-((yy - 0.2) ** 2 + xx**2) / 0.1)[None, None]
+    turned = rotate(smooth, torch.tensor([math.pi / 2]))
+    assert (turned - torch.rot90(smooth, 1, dims=(-2, -1))).abs().max() < 1e-5

@@ -14,15 +14,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ella import geometry
+from ella.geometry import resample_affine
 from ella.groups import get_group
-
-
-def _affine(x: torch.Tensor, theta: torch.Tensor, mode: str = "bilinear") -> torch.Tensor:
-    """Resample ``x`` (N, C, H, W) with affine matrices ``theta`` (N, 2, 3), background fill."""
-    background = x.amin(dim=(1, 2, 3), keepdim=True)
-    grid = F.affine_grid(theta.to(x.dtype), list(x.shape), align_corners=False)
-    out = F.grid_sample(x - background, grid, mode=mode, padding_mode="zeros", align_corners=False)
-    return out + background
 
 
 def _chunked(fn, x: torch.Tensor, *params: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
@@ -32,20 +26,12 @@ def _chunked(fn, x: torch.Tensor, *params: torch.Tensor, chunk: int = 8192) -> t
 
 
 def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate each image by ``angles`` (N,) radians about its centre.
+    """Rotate each image by ``angles`` (N,) radians about its centre (:func:`ella.geometry.rotate`).
 
     Positive angles turn the image the way ``torch.rot90(x, 1, dims=(-2, -1))``
     does (counter-clockwise as displayed with row 0 at the top).
     """
-
-    def one(xs, a):
-        cos, sin = torch.cos(a), torch.sin(a)
-        zero = torch.zeros_like(a)
-        rows = [torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)]
-        theta = torch.stack(rows, 1)
-        return _affine(xs, theta)
-
-    return _chunked(one, x, angles)
+    return _chunked(geometry.rotate, x, angles)
 
 
 def translate(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
@@ -58,7 +44,7 @@ def translate(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
         theta[:, 0, 0] = theta[:, 1, 1] = 1.0
         theta[:, 0, 2] = -2.0 * s[:, 1].float() / w
         theta[:, 1, 2] = -2.0 * s[:, 0].float() / h
-        return _affine(xs, theta, mode="nearest")
+        return resample_affine(xs, theta, mode="nearest")
 
     return _chunked(one, x, shifts)
 
@@ -70,7 +56,7 @@ def scale(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
         n = len(xs)
         theta = torch.zeros(n, 2, 3)
         theta[:, 0, 0] = theta[:, 1, 1] = 1.0 / f
-        return _affine(xs, theta)
+        return resample_affine(xs, theta)
 
     return _chunked(one, x, factors)
 
