@@ -90,7 +90,8 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    values["paths"] = tuple(values["paths"])
+    for key in ("paths", "generators"):
+        values[key] = tuple(values[key])
     return TrainConfig(**values)
 
 
@@ -126,13 +127,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(results["table"])
-    print(f"run directory: {out} (results.json, metrics.jsonl, effective_parameters.png)")
+    figures = [f.name for f in sorted(out.glob("*.png"))]
+    print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Reprint the table and redraw the figure of a finished run."""
-    from ella.report import format_table, save_figure
+    from ella.report import format_table, save_eta_figure, save_figure
 
     path = Path(args.run_dir) / "results.json"
     if not path.is_file():
@@ -140,8 +142,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 1
     results = json.loads(path.read_text())
     print(format_table(results))
-    figure = save_figure(results, Path(args.run_dir) / "effective_parameters.png")
-    print(f"figure: {figure}")
+    if results.get("effective_parameters"):
+        print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
+    if results.get("eta_history"):
+        print(f"figure: {save_eta_figure(results, Path(args.run_dir) / 'eta.png')}")
     return 0
 
 

@@ -64,6 +64,9 @@ def format_table(results: dict) -> str:
             + "range "
             + ", ".join(f"{p} {lo[p]:.0f}-{hi[p]:.0f}" for p in PATH_NAMES)
         )
+    if results.get("eta"):
+        extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())
+        lines.append(f"invariance ({results.get('invariance')}), extents eta: {extents}")
     acc = results.get("test_accuracy")
     if acc is not None:
         lines.append(
@@ -92,6 +95,32 @@ def save_figure(results: dict, path: str | Path) -> Path:
     ax.set_ylabel("share of effective parameters [%]")
     ax.set_ylim(0, 100)
     ax.set_title("Learned symmetry per layer")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
+    plt.close(fig)
+    return Path(path)
+
+
+def save_eta_figure(results: dict, path: str | Path) -> Path:
+    """The extent ``eta`` of each active generator over the epochs, written as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = results["eta_history"]
+    if not history:
+        raise ValueError("the run has no eta history (was it trained with --invariance?)")
+    epochs = [row["epoch"] for row in history]
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for name in results["eta"]:
+        values = [row[name] for row in history]
+        if any(values):
+            ax.plot(epochs, values, marker="o", label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("extent eta (rotation in radians)")
+    ax.set_title(f"Input invariance ({results.get('invariance')})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))

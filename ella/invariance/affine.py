@@ -29,6 +29,7 @@ as :func:`ella.geometry.rotate` and ``torch.rot90`` do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -36,6 +37,7 @@ import torch
 from ella.geometry import resample_affine
 
 __all__ = [
+    "FULL_EXTENTS",
     "GENERATORS",
     "generator_matrices",
     "affine_matrices",
@@ -53,6 +55,17 @@ GENERATORS: tuple[str, ...] = (
     "scale_y",
     "shear",
 )
+
+#: Extents of the "full" augmentation baseline: shifts up to a quarter of the
+#: image, all rotations, scales and shears up to ``e^{0.5}`` (about 1.65).
+FULL_EXTENTS: dict[str, float] = {
+    "translate_x": 0.5,
+    "translate_y": 0.5,
+    "rotate": math.pi,
+    "scale_x": 0.5,
+    "scale_y": 0.5,
+    "shear": 0.5,
+}
 
 _ENTRIES = {  # (row, column, value) of the nonzero entries of each generator
     "translate_x": [(0, 2, 1.0)],

@@ -5,7 +5,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ella.invariance.affine import GENERATORS
 from ella.nn import PATH_NAMES
+
+#: Network architectures ``build_model`` knows.
+MODELS = ("mixer", "mlp", "cnn")
+#: Input-invariance methods: none, fixed full augmentation, learned by marginal
+#: likelihood (LILA), learned by Augerino's regularised loss.
+INVARIANCE_METHODS = ("none", "full", "learned", "augerino")
 
 
 @dataclass
@@ -34,6 +41,11 @@ class TrainConfig:
 
     The reference's settings are ``--optimizer sgd --lr 0.1 --prior-precision 1
     --n-epochs-burnin 10 --marglik-frequency 5 --batch-size 500``.
+
+    Learned input invariance (``invariance="learned"``) wraps the network in an
+    :class:`~ella.invariance.InvariantClassifier` and learns the extents
+    ``eta`` of the affine generators by the Laplace evidence in the same
+    evidence steps, jointly with the priors when ``learn_priors`` is on.
     """
 
     # data
@@ -48,6 +60,16 @@ class TrainConfig:
     width: int = 2
     gconv_mode: str = "full"
     fc_mode: str = "factorized"
+    model: str = "mixer"
+    # learned input invariance
+    invariance: str = "none"
+    generators: tuple[str, ...] = GENERATORS
+    invariance_samples: int = 8
+    invariance_eval_samples: int = 16
+    eta_init: float = 0.1
+    lr_eta: float = 0.05
+    augerino_reg: float = 0.01
+    invariance_marglik_size: int = 1000
     # MAP optimisation
     epochs: int = 10
     batch_size: int = 128
@@ -75,6 +97,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["paths"] = list(self.paths)
+        d["generators"] = list(self.generators)
         return d
 
     @classmethod
@@ -84,13 +107,23 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
         d = dict(d)
-        if "paths" in d:
-            d["paths"] = tuple(d["paths"])
+        for key in ("paths", "generators"):
+            if key in d:
+                d[key] = tuple(d[key])
         return cls(**d)
 
     def validate(self) -> None:
         """Raise ValueError for settings that cannot work, saying which and why."""
-        positive = ("epochs", "batch_size", "width", "marglik_batch_size", "marglik_frequency")
+        positive = (
+            "epochs",
+            "batch_size",
+            "width",
+            "marglik_batch_size",
+            "marglik_frequency",
+            "invariance_samples",
+            "invariance_eval_samples",
+            "invariance_marglik_size",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -105,6 +138,20 @@ class TrainConfig:
             )
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be sgd or adam, got {self.optimizer!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
+        if self.invariance not in INVARIANCE_METHODS:
+            raise ValueError(
+                f"unknown invariance method {self.invariance!r}; choose from "
+                f"{', '.join(INVARIANCE_METHODS)}"
+            )
+        if self.invariance != "none" and self.augment != "none":
+            raise ValueError("use either --augment or --invariance, not both")
+        from ella.invariance.affine import generator_indices
+
+        generator_indices(list(self.generators))
+        if self.invariance == "learned" and self.hessian != "kron":
+            raise ValueError("learned invariance needs --hessian kron")
         if self.n_hypersteps < 0 or self.n_epochs_burnin < 0:
             raise ValueError("n_hypersteps and n_epochs_burnin must not be negative")
 
@@ -123,6 +170,17 @@ HELP: dict[str, str] = {
     "width": "channel multiplier of the mixer",
     "gconv_mode": "GCONV path: full (group convolution) or shared (one filter per copy)",
     "fc_mode": "FC path: factorized or dense",
+    "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
+    "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
+    "(fixed full ranges), learned (extents by marginal likelihood) or augerino",
+    "generators": "affine generators to use: any of " + " ".join(GENERATORS),
+    "invariance_samples": "transformation samples per image in training and the evidence",
+    "invariance_eval_samples": "transformation samples per image at test time",
+    "eta_init": "initial extent of every generator (learned, augerino); translations in half "
+    "image sizes, rotation in radians, scales and shear as log factors",
+    "lr_eta": "Adam learning rate of the extents eta",
+    "augerino_reg": "Augerino: weight of -||eta|| in the training loss",
+    "invariance_marglik_size": "training images (the first N) in each evidence step for eta",
     "epochs": "training epochs",
     "batch_size": "minibatch size for the weights",
     "optimizer": "optimizer of the weights: adam or sgd (with --momentum)",
@@ -145,4 +203,4 @@ HELP: dict[str, str] = {
     "progress": "show progress bars",
 }
 
-__all__ = ["HELP", "TrainConfig"]
+__all__ = ["HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]

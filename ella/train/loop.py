@@ -30,9 +30,11 @@ from tqdm.auto import tqdm
 
 from ella.data import load_dataset
 from ella.data.transforms import augment
+from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
+from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import load_torch, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.models import mixer
+from ella.models import BASELINE_MODELS, mixer
 from ella.train.config import TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
@@ -49,8 +51,8 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
 
 def evidence_epochs(config: TrainConfig) -> list[int]:
     """The (1-based) epochs after which the evidence is fitted: ``e >= n_epochs_burnin`` and
-    ``e % marglik_frequency == 0``; none when ``learn_priors`` is off."""
-    if not config.learn_priors:
+    ``e % marglik_frequency == 0``; none when neither priors nor invariance are learned."""
+    if not (config.learn_priors or config.invariance == "learned"):
         return []
     return [
         e
@@ -60,6 +62,9 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
 
 
 def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: int) -> nn.Module:
+    """The configured network (without the invariance wrapper)."""
+    if config.model in BASELINE_MODELS:
+        return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
     return mixer(
         in_channels,
         num_classes,
@@ -124,10 +129,11 @@ class Trainer:
         self.data = load_dataset(
             config.dataset, config.data_dir, config.train_size, config.test_size
         )
-        self.model = build_model(
+        self.net = build_model(
             config, self.data.in_channels, self.data.num_classes, self.data.image_size
         ).to(self.device)
-        self.prior = PriorStructure(self.model, config.prior_structure)
+        self.model = self._wrap_invariance(self.net).to(self.device)
+        self.prior = PriorStructure(self.net, config.prior_structure)
         self.log_prior = torch.full(
             (self.prior.n_groups,), math.log(config.prior_precision), device=self.device
         ).requires_grad_()
@@ -138,10 +144,58 @@ class Trainer:
         else:
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.hyper_optimizer = torch.optim.Adam([self.log_prior], lr=config.lr_hyp)
+        self.eta_optimizer = (
+            torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
+        )
         self.state = TrainState()
-        self._last_evidence: tuple[int, LaplaceEvidence] | None = None
+        # (epoch, evidence, log evidence) of the last evidence step, reused by the report
+        self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
         self.n_train = len(self.data.train)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+
+    # ------------------------------------------------------------------ invariance
+    def _wrap_invariance(self, net: nn.Module) -> nn.Module:
+        """``net`` itself, or an :class:`InvariantClassifier` around it."""
+        cfg = self.config
+        if cfg.invariance == "none":
+            return net
+        if cfg.invariance == "full":
+            eta = eta_from_mapping(FULL_EXTENTS)
+        else:
+            eta = torch.full((6,), cfg.eta_init)
+        model = InvariantClassifier(
+            net,
+            generators=cfg.generators,
+            eta=eta,
+            n_samples=cfg.invariance_samples,
+            eval_samples=cfg.invariance_eval_samples,
+            seed=cfg.seed,
+        )
+        if cfg.invariance in ("learned", "augerino"):
+            model.eta.requires_grad_()
+        return model
+
+    @property
+    def invariant(self) -> bool:
+        return isinstance(self.model, InvariantClassifier)
+
+    @property
+    def learns_eta(self) -> bool:
+        return self.config.invariance in ("learned", "augerino")
+
+    def eta(self) -> dict[str, float]:
+        """The current extents per generator (zeros for inactive generators)."""
+        if not self.invariant:
+            return {}
+        return eta_as_dict(self.model.eta * self.model.mask)
+
+    def predict_train(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Training-mode logits; transformation samples come from ``generator``."""
+        if not self.invariant:
+            return self.model(x)
+        eps = self.model.sample_eps(len(x), self.config.invariance_samples, generator)
+        eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
+        return self.model(x, eps=eps.to(x.device), eta=eta)
 
     # ------------------------------------------------------------------ persistence
     def checkpoint(self) -> dict:
@@ -150,6 +204,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "hyper_optimizer": self.hyper_optimizer.state_dict(),
+            "eta_optimizer": self.eta_optimizer.state_dict() if self.eta_optimizer else None,
             "log_prior": self.log_prior.detach().clone(),
             "state": self.state.__dict__,
         }
@@ -174,6 +229,8 @@ class Trainer:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
+        if self.eta_optimizer is not None:
+            self.eta_optimizer.load_state_dict(ckpt["eta_optimizer"])
         with torch.no_grad():
             self.log_prior.copy_(ckpt["log_prior"])
         self.state = TrainState(**ckpt["state"])
@@ -184,6 +241,7 @@ class Trainer:
         model.train()
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.state.epoch)
         augment_generator = torch.Generator().manual_seed(cfg.seed * 7_919 + self.state.epoch)
+        eps_generator = torch.Generator().manual_seed(cfg.seed * 15_485_863 + self.state.epoch)
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
         )
@@ -196,9 +254,11 @@ class Trainer:
             lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            logits = model(x)
-            theta = parameters_to_vector(model.parameters())
+            logits = self.predict_train(x, eps_generator)
+            theta = parameters_to_vector(self.net.parameters())
             loss = F.cross_entropy(logits, y) + 0.5 * (delta * theta.square()).sum() / self.n_train
+            if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
+                loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
             if not torch.isfinite(loss):
                 raise TrainingDivergedError(
                     f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
@@ -206,8 +266,12 @@ class Trainer:
                     f"{self.out / CHECKPOINT}. Try a smaller --lr."
                 )
             self.optimizer.zero_grad(set_to_none=True)
+            if cfg.invariance == "augerino":
+                self.eta_optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
+            if cfg.invariance == "augerino":
+                self.eta_optimizer.step()
             self.state.step += 1
             loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(1) == y).sum())
@@ -216,7 +280,7 @@ class Trainer:
 
     def make_evidence(self) -> LaplaceEvidence:
         return LaplaceEvidence(
-            self.model,
+            self.net,
             self.prior,
             structure=self.config.hessian,
             backend=self.config.backend,
@@ -229,10 +293,69 @@ class Trainer:
         evidence.fit(loader, progress=self.config.progress)
         return evidence
 
+    def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
+        x, y = self.data.train.tensors
+        n = min(self.config.invariance_marglik_size, len(x))
+        return x[:n].to(self.device), y[:n].to(self.device)
+
+    def invariance_evidence(
+        self, generator: torch.Generator
+    ) -> tuple[InvarianceEvidence, torch.Tensor]:
+        """The differentiable evidence of the invariant model, with fresh transformation noise."""
+        cfg = self.config
+        evidence = InvarianceEvidence(self.model, self.prior, ggn=cfg.ggn)
+        x, y = self.marglik_subset()
+        eps = self.model.sample_eps(len(x), cfg.invariance_samples, generator).to(self.device)
+        value = evidence.log_marginal_likelihood(
+            self.log_prior,
+            x,
+            y,
+            eps,
+            n_data=self.n_train,
+            batch_size=cfg.marglik_batch_size,
+            generator=generator,
+        )
+        return evidence, value
+
+    def invariance_hyper_steps(self) -> float:
+        """Adam steps on ``eta`` (if learned) and the log priors (if learned) through the
+        differentiable evidence of the invariant model.
+
+        The Kronecker factors depend on ``eta``, so each step recomputes them on
+        the evidence subset with fresh transformation samples.
+        """
+        cfg = self.config
+        generator = torch.Generator().manual_seed(cfg.seed * 104_729 + self.state.epoch)
+        learned_eta = cfg.invariance == "learned"
+        leaves = ([self.model.eta] if learned_eta else []) + (
+            [self.log_prior] if cfg.learn_priors else []
+        )
+        steps = tqdm(
+            range(cfg.n_hypersteps), desc="evidence steps", leave=False, disable=not cfg.progress
+        )
+        for _ in steps:
+            _, value = self.invariance_evidence(generator)
+            self._check_evidence(value)
+            grads = torch.autograd.grad(-value / self.n_train, leaves)
+            for leaf, grad in zip(leaves, grads, strict=True):
+                leaf.grad = grad
+            if learned_eta:
+                self.eta_optimizer.step()
+            if cfg.learn_priors:
+                self.hyper_optimizer.step()
+            steps.set_postfix(marglik=f"{float(value.detach()):.1f}")
+        with torch.no_grad():
+            evidence, value = self.invariance_evidence(generator)
+        self._check_evidence(value)
+        self._last_evidence = (self.state.epoch, evidence, float(value))
+        return float(value)
+
     def hyper_steps(self) -> float:
         """Fit the evidence once and take the Adam steps; return the final log evidence."""
+        if self.invariant:
+            return self.invariance_hyper_steps()
         evidence = self.fit_evidence()
-        self._last_evidence = (self.state.epoch, evidence)
         for _ in range(self.config.n_hypersteps):
             self.hyper_optimizer.zero_grad(set_to_none=True)
             neg = -evidence.log_marginal_likelihood(self.log_prior) / self.n_train
@@ -242,6 +365,7 @@ class Trainer:
         with torch.no_grad():
             value = evidence.log_marginal_likelihood(self.log_prior)
         self._check_evidence(value)
+        self._last_evidence = (self.state.epoch, evidence, float(value))
         return float(value)
 
     def _check_evidence(self, value: torch.Tensor) -> None:
@@ -290,6 +414,8 @@ class Trainer:
                         "model": copy.deepcopy(self.model.state_dict()),
                         "log_prior": self.log_prior.detach().clone(),
                     }
+            if self.invariant:
+                row["eta"] = self.eta()
             row.update({f"test_{k}": v for k, v in evaluate(self.model, self.data.test).items()})
             self.state.metrics.append(row)
             self.save()
@@ -297,6 +423,7 @@ class Trainer:
                 loss=f"{row['train_loss']:.3f}",
                 test_acc=f"{row['test_accuracy']:.3f}",
                 **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
+                **({"rotate": f"{row['eta']['rotate']:.2f}"} if "eta" in row else {}),
             )
             if self.on_epoch_end is not None:
                 self.on_epoch_end(self)
@@ -304,7 +431,12 @@ class Trainer:
 
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
-        from ella.report import effective_parameter_report, format_table, save_figure
+        from ella.report import (
+            effective_parameter_report,
+            format_table,
+            save_eta_figure,
+            save_figure,
+        )
 
         final = evaluate(self.model, self.data.test)
         best = self.state.best
@@ -315,12 +447,16 @@ class Trainer:
         reported = evaluate(self.model, self.data.test)
         epoch = best["epoch"] if best is not None else self.state.epoch
         if self._last_evidence is not None and self._last_evidence[0] == epoch:
-            evidence = self._last_evidence[1]  # fitted at exactly these weights
+            _, evidence, final_marglik = self._last_evidence  # at exactly these weights
+        elif self.invariant:
+            with torch.no_grad():
+                evidence, value = self.invariance_evidence(torch.Generator().manual_seed(0))
+            final_marglik = float(value)
         else:
             evidence = self.fit_evidence()
-        with torch.no_grad():
-            final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
-        report = effective_parameter_report(self.model, evidence, self.log_prior.detach().exp())
+            with torch.no_grad():
+                final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
+        report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
         results = {
             "test_accuracy": reported["accuracy"],
             "test_nll": reported["nll"],
@@ -336,6 +472,11 @@ class Trainer:
             "effective_parameters": report["layers"],
             "effective_parameters_other": report["others"],
             "parameters": sum(p.numel() for p in self.model.parameters()),
+            "invariance": self.config.invariance,
+            "eta": self.eta(),
+            "eta_history": [
+                {"epoch": row["epoch"], **row["eta"]} for row in self.state.metrics if "eta" in row
+            ],
             "train_size": self.n_train,
             "test_size": len(self.data.test),
             "epochs": self.state.epoch,
@@ -343,7 +484,10 @@ class Trainer:
             "config": self.config.to_dict(),
         }
         save_json(results, self.out / "results.json")
-        save_figure(results, self.out / "effective_parameters.png")
+        if results["effective_parameters"]:  # networks with relaxed layers
+            save_figure(results, self.out / "effective_parameters.png")
+        if results["eta_history"]:
+            save_eta_figure(results, self.out / "eta.png")
         results["table"] = format_table(results)
         return results
 
