@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks._common import RESULTS, environment
-from ella.io import save_json, save_text
+from ella.io import atomic_write, save_json, save_text
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
 
 #: the offline data directory of this project (``../shared/data``), used unless
@@ -98,6 +98,8 @@ def run_all(
                 "shares": shares_summary(r["effective_parameters"]),
                 "effective_parameters": r["effective_parameters"],
                 "prior_precision": r["prior_precision"],
+                "eta": r["eta"],
+                "eta_history": r["eta_history"],
                 "parameters": r["parameters"],
                 "train_size": r["train_size"],
                 "test_size": r["test_size"],
@@ -112,8 +114,11 @@ def run_all(
 
 
 def shares_summary(layers: list[dict]) -> dict:
-    """Mean share per path over layers, and the min-max range (the paper's Table 3 format)."""
+    """Mean share per path over layers, and the min-max range (the paper's Table 3 format);
+    empty for networks without relaxed layers."""
     out = {}
+    if not layers:
+        return out
     for p in ("fc", "conv", "gconv"):
         values = [row[p] for row in layers]
         out[p] = sum(values) / len(values)
@@ -195,6 +200,11 @@ def run_or_load(
     start = time.time()
     rows = run_all(runs, name.replace("table", "table "), partial_path(args, name))
     return {**stamp(args, name, extra.pop("settings"), time.time() - start), **extra, "rows": rows}
+
+
+def save_figure_atomic(fig, path) -> None:
+    """Write a matplotlib figure as PNG atomically."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
 
 
 def header_line(payload: dict, data_note: str = "") -> str:

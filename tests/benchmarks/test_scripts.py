@@ -36,3 +36,23 @@ def test_table3_smoke(tmp_path):
         assert set(row["shares"]) >= {"fc", "conv", "gconv"}
         assert sum(row["shares"][p] for p in ("fc", "conv", "gconv")) == pytest.approx(100)
     assert saved["rows"][-1]["source"] == "subset"
+
+
+@pytest.mark.slow
+@needs_data
+def test_invariance_smoke(tmp_path):
+    from benchmarks import invariance
+
+    argv = ["--profile", "smoke", "--results-dir", str(tmp_path)]
+    invariance.main([*argv, "--datasets", "mnist", "rotated_mnist"])
+    saved = json.loads((tmp_path / "invariance.json").read_text())
+    assert saved["profile"] == "smoke"
+    assert {(r["dataset"], r["method"]) for r in saved["rows"]} == {
+        (d, m) for d in ("mnist", "rotated_mnist") for m in invariance.METHODS
+    }
+    for row in saved["rows"]:  # the result-file contract
+        assert 0 <= row["test_accuracy"] <= 1
+        if row["method"] != "none":
+            assert set(row["eta"]) == set(invariance.GENERATORS)
+    assert any("rotate" in claim for claim in saved["claims"])
+    assert (tmp_path / "invariance_eta.png").stat().st_size > 1000
