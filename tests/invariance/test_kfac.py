@@ -94,3 +94,31 @@ def test_mixer_modules_are_supported():
     assert len(module_blocks(net)) > 0
     with pytest.raises(ValueError, match="groups=1"):
         module_blocks(nn.Sequential(nn.Conv2d(2, 2, 3, groups=2)))
+
+
+def test_mixer_linear_blocks_match_stock_asdl():
+    """Weight sharing (group axis in the batch, one Linear per channel): with one sample the
+    blocks of every nn.Linear equal ASDL's. Conv blocks differ on purpose: ASDL builds the
+    input patches with zero padding, while the mixer's convs pad circularly, as we do."""
+    from ella.models import mixer
+
+    torch.manual_seed(0)
+    net = mixer(1, 3, 8, group="C4", paths=("fc", "conv", "gconv"), width=1).double()
+    model = InvariantClassifier(net, eta=0.0, n_samples=1).double()
+    x, y = data(6)
+    y = y % 3
+    eps = model.sample_eps(len(x), 1).double()
+    prior = PriorStructure(net, "tensor")
+    log_prior = torch.zeros(prior.n_groups, dtype=torch.float64)
+    ours = InvarianceEvidence(model, prior)
+    ours.log_marginal_likelihood(log_prior, x, y, eps)
+    reference = stock(net, x, y, log_prior, prior)
+    owners = [m for _, m in module_blocks(net) for _ in range(1 + (m.bias is not None))]
+    compared = 0
+    for owner, a, b in zip(
+        owners, ours.block_eigenvalues(), reference.block_eigenvalues(), strict=True
+    ):
+        if isinstance(owner, nn.Linear):
+            assert torch.allclose(a.sort().values, b.sort().values, rtol=1e-6, atol=1e-9)
+            compared += 1
+    assert compared > 10

@@ -76,14 +76,14 @@ def test_resume_reproduces_learned_eta(tmp_path):
     full = Trainer(config(epochs=3), tmp_path / "full")
     full.run()
 
-    class Stop(Exception):
+    class StopError(Exception):
         pass
 
     def stop(trainer):
         if trainer.state.epoch == 2:
-            raise Stop
+            raise StopError
 
-    with pytest.raises(Stop):
+    with pytest.raises(StopError):
         Trainer(config(epochs=3), tmp_path / "cut", on_epoch_end=stop).run()
     resumed = Trainer(config(epochs=3), tmp_path / "cut")
     resumed.run(resume=True)
