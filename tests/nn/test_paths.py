@@ -117,7 +117,7 @@ def test_bad_construction():
     with pytest.raises(ValueError, match="mode"):
         GConvPath(2, 3, 8, "C4", mode="separable")
     with pytest.raises(ValueError, match="unknown group"):
-        FCPath(2, 3, 8, "C5")
+        FCPath(2, 3, 8, "Z5")
     # the trivial group allows non-square images
     assert FCPath(2, 3, (8, 6), "trivial")(torch.randn(2, 1, 2, 8, 6)).shape == (2, 1, 3, 8, 6)
 
