@@ -4,26 +4,16 @@ import pytest
 import torch
 
 from ella.cli import main
-from ella.train import TrainConfig, train
+from ella.train import train
 from ella.train.loop import evaluate
 from ella.train.runs import load_run
+from tests.train.test_loop import tiny_config
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    config = TrainConfig(
-        train_size=32,
-        test_size=16,
-        width=1,
-        epochs=2,
-        batch_size=16,
-        n_epochs_burnin=1,
-        marglik_frequency=1,
-        n_hypersteps=2,
-        marglik_batch_size=32,
-        progress=False,
-    )
+    config = tiny_config(epochs=2, test_size=16)
     results = train(config, out)
     return out, results
 
