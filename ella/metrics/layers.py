@@ -235,10 +235,10 @@ class SymmetryReport:
         )
         lines = [
             f"G-EED under {self.group} (|G| = {self.group_order}) on {self.n_inputs} inputs "
-            "(Kvinge et al. 2022; 0 = exactly symmetric, normalised ~1 = no symmetry)",
-            head,
-            "-" * len(head),
+            "(Kvinge et al. 2022; 0 = exactly symmetric, normalised ~1 = no symmetry)"
         ]
+        if self.layers:
+            lines += [head, "-" * len(head)]
         for layer in self.layers:
             alone = layer.layer_alone
             alone_text = (
@@ -250,6 +250,7 @@ class SymmetryReport:
                 + alone_text
             )
         lines.append("-" * len(head))
+        lines.append(f"{'output':<37}{'G-EED':>9}{'normalised':>12}")
         for name, deviation in self.outputs.items():
             lines.append(f"{name:<37}{deviation.value:>9.4g}{deviation.normalized:>12.3f}")
         lines.append(

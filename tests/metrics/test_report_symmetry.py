@@ -9,6 +9,8 @@ from ella.train.loop import evaluate
 from ella.train.runs import load_run
 from tests.train.test_loop import tiny_config
 
+pytestmark = pytest.mark.slow  # each trains a small run
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
@@ -44,3 +46,21 @@ def test_report_symmetry_rejects_an_unknown_group(run_dir, capsys):
     out, _ = run_dir
     assert main(["report", str(out), "--symmetry", "SO3"]) == 1
     assert "unknown group 'SO3'" in capsys.readouterr().err
+
+
+def test_report_symmetry_of_a_run_with_learned_input_invariance(tmp_path, capsys):
+    config = tiny_config(
+        epochs=1,
+        test_size=16,
+        invariance="full",
+        invariance_samples=2,
+        invariance_eval_samples=2,
+        learn_priors=False,
+    )
+    train(config, tmp_path)
+    run = load_run(tmp_path)
+    assert run.model is not run.net and run.model.net is run.net
+    assert main(["report", str(tmp_path), "--symmetry", "C4", "--symmetry-images", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "layer8" in text  # the layers of the network inside the wrapper
+    assert "the classifier with --invariance full around this network" in text
