@@ -1,4 +1,4 @@
-"""Command line: ``ella train``, ``ella report RUN_DIR`` and ``ella demo``."""
+"""Command line: ``ella train``, ``ella report RUN_DIR [--symmetry GROUP]`` and ``ella demo``."""
 
 from __future__ import annotations
 
@@ -146,6 +146,40 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
     if results.get("eta_history"):
         print(f"figure: {save_eta_figure(results, Path(args.run_dir) / 'eta.png')}")
+    if args.symmetry is not None:
+        return report_symmetry(args)
+    return 0
+
+
+def report_symmetry(args: argparse.Namespace) -> int:
+    """Measure the G-EED per layer of a run's reported model on its test images."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ella.data import DataFileError
+    from ella.io import save_json
+    from ella.metrics import measure_symmetry, plot_symmetry
+    from ella.train.runs import load_run
+
+    try:
+        run = load_run(args.run_dir, args.data_dir)
+        x = run.data.test.tensors[0][: args.symmetry_images]
+        report = measure_symmetry(run.net, x, args.symmetry)
+        wrapped = None
+        if run.model is not run.net:  # outputs of the invariance-averaged classifier
+            wrapped = measure_symmetry(run.model, x, args.symmetry, layers={})
+    except (ValueError, FileNotFoundError, DataFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"\n{run.config.dataset} test images, {run.state} weights")
+    print(report.format_table())
+    if wrapped is not None:
+        print(f"\nthe classifier with --invariance {run.config.invariance} around this network:")
+        print(wrapped.format_table())
+    stem = Path(args.run_dir) / f"symmetry_{report.group}"
+    save_json(report.as_dict(), stem.with_suffix(".json"))
+    plot_symmetry(report, stem.with_suffix(".png"))
+    print(f"written: {stem}.json, {stem}.png")
     return 0
 
 
@@ -201,6 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=cmd_download)
     report = sub.add_parser("report", help="reprint the table and redraw the figure of a run")
     report.add_argument("run_dir", help="a run directory written by ella train")
+    report.add_argument(
+        "--symmetry",
+        metavar="GROUP",
+        default=None,
+        help="also measure the symmetry per layer (G-EED, Kvinge et al. 2022) under GROUP "
+        "(C4, D4, C8, ...) on the run's test images",
+    )
+    report.add_argument(
+        "--symmetry-images", type=int, default=500, help="test images for --symmetry (default 500)"
+    )
+    report.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     report.set_defaults(func=cmd_report)
     demo = sub.add_parser("demo", help="tour of the relaxed-equivariant layers")
     demo.add_argument("--image-size", type=int, default=32, help="image side (default 32)")

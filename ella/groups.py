@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from functools import cached_property
+from typing import Literal
 
 import torch
 
@@ -43,6 +45,9 @@ __all__ = [
     "RotationGroup",
     "get_group",
     "available_groups",
+    "Action",
+    "ACTIONS",
+    "group_action",
 ]
 
 
@@ -327,3 +332,31 @@ def get_group(group: str | Group) -> Group:
         f"unknown group {group!r}; available groups: {', '.join(available_groups())}, "
         "or C<N> for N-fold interpolated rotations (e.g. C8, C16)"
     )
+
+
+#: How a group acts on a tensor, by name: ``"image"`` on (B, C, H, W) batches,
+#: ``"lifted"`` on lifted tensors (B, |G|, C, H, W), ``"invariant"`` not at all.
+Action = Literal["image", "lifted", "invariant"]
+ACTIONS: tuple[str, ...] = ("image", "lifted", "invariant")
+
+
+def group_action(group: str | Group, kind: Action) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """The map ``(g, t) -> g . t`` for the action named ``kind``.
+
+    Args:
+        group: a group or its name.
+        kind: ``"image"`` (:meth:`Group.act_on_image`), ``"lifted"``
+            (:meth:`Group.act_on_lifted`) or ``"invariant"`` (the trivial
+            action, ``g . t = t``).
+
+    Raises:
+        ValueError: for any other ``kind``.
+    """
+    group = get_group(group)
+    if kind == "image":
+        return group.act_on_image
+    if kind == "lifted":
+        return group.act_on_lifted
+    if kind == "invariant":
+        return lambda g, t: t
+    raise ValueError(f"unknown action {kind!r}; use one of {', '.join(map(repr, ACTIONS))}")

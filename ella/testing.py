@@ -11,23 +11,10 @@ element ``g``, where each side's action is chosen by name:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
 
 import torch
 
-from ella.groups import Group, get_group
-
-Action = Literal["image", "lifted", "invariant"]
-
-
-def _action(group: Group, kind: Action) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    if kind == "image":
-        return group.act_on_image
-    if kind == "lifted":
-        return group.act_on_lifted
-    if kind == "invariant":
-        return lambda g, x: x
-    raise ValueError(f"unknown action {kind!r}; use 'image', 'lifted' or 'invariant'")
+from ella.groups import Action, Group, get_group, group_action
 
 
 @torch.no_grad()
@@ -55,7 +42,7 @@ def equivariance_errors(
         ``{g: max |f(g x) - g f(x)|}``.
     """
     group = get_group(group)
-    act_in, act_out = _action(group, in_action), _action(group, out_action)
+    act_in, act_out = group_action(group, in_action), group_action(group, out_action)
     fx = module(x)
     elements = group.elements if elements is None else list(elements)
     return {g: float((module(act_in(g, x)) - act_out(g, fx)).abs().max()) for g in elements}

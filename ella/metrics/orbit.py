@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from ella.groups import Group, get_group
+from ella.groups import Action, Group, get_group, group_action
 
 __all__ = ["orbit_outputs", "orbit_same_predictions", "orbit_symmetric_kl"]
 
@@ -32,26 +32,29 @@ def orbit_outputs(
     x: torch.Tensor,
     group: str | Group,
     batch_size: int = 500,
+    *,
+    action: Action = "image",
 ) -> torch.Tensor:
     """Outputs of ``predict`` at every point of each input's orbit.
 
     Args:
         predict: maps images (B, C, H, W) to outputs (B, K) (logits,
-            probabilities or log-probabilities; a module should be in eval mode).
-        x: images (N, C, H, W).
+            probabilities or log-probabilities; a module should be in eval mode),
+            or any inputs (B, ...) to outputs (B, ...).
+        x: images (N, C, H, W), or inputs (N, ...) the group acts on by ``action``.
         group: group (or name) acting on images; element 0 is the identity.
         batch_size: images per call of ``predict``.
+        action: how the group acts on ``x`` (see :func:`ella.groups.group_action`):
+            ``"image"`` (default) or ``"lifted"`` for lifted tensors (N, |G|, C, H, W).
 
     Returns:
-        ``out[g, n] = predict(g . x[n])``, shape (|G|, N, K).
+        ``out[g, n] = predict(g . x[n])``, shape (|G|, N, K) (or (|G|, N, ...)).
     """
     group = get_group(group)
+    act = group_action(group, action)
     rows = []
     for g in group.elements:
-        chunks = [
-            predict(group.act_on_image(g, x[i : i + batch_size]))
-            for i in range(0, len(x), batch_size)
-        ]
+        chunks = [predict(act(g, x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
         rows.append(torch.cat(chunks))
     return torch.stack(rows)
 

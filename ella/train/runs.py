@@ -1,0 +1,67 @@
+"""Reading a finished run directory back: its configuration, trained model and data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from ella.data import ImageData
+from ella.io import load_torch
+from ella.train.config import TrainConfig
+from ella.train.loop import CHECKPOINT, Trainer
+
+
+@dataclass
+class TrainedRun:
+    """A run written by :func:`ella.train.train`, loaded for analysis.
+
+    Attributes:
+        config: the run's configuration.
+        model: the trained classifier in eval mode, with the weights of
+            ``state`` (with ``--invariance`` other than ``none``, the
+            :class:`~ella.invariance.InvariantClassifier` around ``net``).
+        net: the network itself (the mixer whose layers carry the priors).
+        state: ``"best_evidence"`` (the state ``results.json`` reports when
+            priors were learned) or ``"final"``.
+        data: the run's data set (same name, sizes and seeds as in training).
+    """
+
+    config: TrainConfig
+    model: nn.Module
+    net: nn.Module
+    state: str
+    data: ImageData
+
+
+def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> TrainedRun:
+    """Load the configuration, the reported weights and the data of a run directory.
+
+    Args:
+        run_dir: a directory written by ``ella train`` (config.json, checkpoint.pt).
+        data_dir: where the data files are, if not where the run found them.
+
+    Raises:
+        FileNotFoundError: naming the missing file.
+    """
+    run_dir = Path(run_dir)
+    for name in ("config.json", CHECKPOINT):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"no {name} in {run_dir}; is it a run directory of ella train?")
+    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    if data_dir is not None:
+        config = dataclasses.replace(config, data_dir=str(data_dir))
+    trainer = Trainer(config, run_dir)  # builds data and model as training did (seeds torch)
+    checkpoint = load_torch(run_dir / CHECKPOINT)
+    best = checkpoint["state"].get("best")
+    trainer.model.load_state_dict(best["model"] if best is not None else checkpoint["model"])
+    return TrainedRun(
+        config=config,
+        model=trainer.model.eval(),
+        net=trainer.net.eval(),
+        state="best_evidence" if best is not None else "final",
+        data=trainer.data,
+    )

@@ -1,0 +1,66 @@
+import json
+
+import pytest
+import torch
+
+from ella.cli import main
+from ella.train import train
+from ella.train.loop import evaluate
+from ella.train.runs import load_run
+from tests.train.test_loop import tiny_config
+
+pytestmark = pytest.mark.slow  # each trains a small run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    config = tiny_config(epochs=2, test_size=16)
+    results = train(config, out)
+    return out, results
+
+
+def test_load_run_gives_the_reported_model(run_dir):
+    out, results = run_dir
+    run = load_run(out)
+    assert run.state == results["reported_state"] == "best_evidence"
+    assert not run.model.training
+    assert evaluate(run.model, run.data.test)["accuracy"] == results["test_accuracy"]
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_run(out / "missing")
+
+
+def test_report_symmetry_prints_the_per_layer_table(run_dir, capsys):
+    out, _ = run_dir
+    assert main(["report", str(out), "--symmetry", "C4", "--symmetry-images", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "G-EED under C4 (|G| = 4) on 8 inputs" in text
+    assert "layer8" in text and "softmax, KL(p(gx) || p^)" in text
+    saved = json.loads((out / "symmetry_C4.json").read_text())
+    assert [row["layer"] for row in saved["layers"]][:2] == ["layer1", "layer2"]
+    assert all(torch.isfinite(torch.tensor(row["geed"])) for row in saved["layers"])
+    assert (out / "symmetry_C4.png").is_file()
+
+
+def test_report_symmetry_rejects_an_unknown_group(run_dir, capsys):
+    out, _ = run_dir
+    assert main(["report", str(out), "--symmetry", "SO3"]) == 1
+    assert "unknown group 'SO3'" in capsys.readouterr().err
+
+
+def test_report_symmetry_of_a_run_with_learned_input_invariance(tmp_path, capsys):
+    config = tiny_config(
+        epochs=1,
+        test_size=16,
+        invariance="full",
+        invariance_samples=2,
+        invariance_eval_samples=2,
+        learn_priors=False,
+    )
+    train(config, tmp_path)
+    run = load_run(tmp_path)
+    assert run.model is not run.net and run.model.net is run.net
+    assert main(["report", str(tmp_path), "--symmetry", "C4", "--symmetry-images", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "layer8" in text  # the layers of the network inside the wrapper
+    assert "the classifier with --invariance full around this network" in text
