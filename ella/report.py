@@ -43,7 +43,7 @@ def format_table(results: dict) -> str:
         f"{'layer':<9}{'FC %':>7}{'CONV %':>8}{'GCONV %':>9}   "
         f"{'effective (fc/conv/gconv)':<30}{'prior variance (fc/conv/gconv)':<32}"
     )
-    lines = [head, "-" * len(head)]
+    lines = [head, "-" * len(head)] if rows else []  # no relaxed layers: no table
 
     def triple(values: dict, fmt: str) -> str:
         return "/".join(format(values[p], fmt) if p in values else "-" for p in PATH_NAMES)
