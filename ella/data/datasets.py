@@ -199,6 +199,12 @@ def _prepare(images, labels, size, variant, seed, stats) -> TensorDataset:
     return TensorDataset((x - mean) / std, y)
 
 
+def standardisation(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel ``(mean, std)`` that :func:`load_dataset` standardises ``name`` with."""
+    _, base = parse_name(name)
+    return STATS["cifar10" if base.startswith("cifar") else base.replace("_subset", "")]
+
+
 def load_dataset(
     name: str = "mnist_subset",
     data_dir: str | Path | None = None,
@@ -219,7 +225,7 @@ def load_dataset(
     for size, n, what in ((train_size, len(x_train), "train"), (test_size, len(x_test), "test")):
         if size is not None and not 0 < size <= n:
             raise ValueError(f"{what} size must be between 1 and {n}, got {size}")
-    stats = STATS["cifar10" if base.startswith("cifar") else base.replace("_subset", "")]
+    stats = standardisation(name)
     return ImageData(
         name=name.lower().replace("-", "_"),
         train=_prepare(x_train, y_train, train_size, variant, VARIANT_SEEDS["train"], stats),

@@ -1,0 +1,381 @@
+"""Training ensembles: deep ensembles and repulsive particle ensembles in one loop.
+
+Every step moves all members at once along the (scaled) Wasserstein gradient
+of D'Angelo & Fortuin (NeurIPS 2021), divided by the number of training points
+``N`` so that it is a per-example objective::
+
+    grad_i = grad_theta_i [ CE_i + weight_decay / 2 ||theta_i||^2 ]
+             + repulsion_scale * J_phi(theta_i)^T  sum_j grad k_ij / sum_j k_ij
+
+``CE_i`` is member ``i``'s mean cross-entropy on the minibatch (the likelihood
+part of the driving force ``-grad log p(theta_i | D) / N``), ``phi`` the
+kernel's features (:mod:`ella.ensembles.kernels`) and the last factor the
+analytic repulsion force, pulled back by one vector-Jacobian product. With
+``method="de"`` the repulsion is off and the members are independent deep
+ensemble members (Lakshminarayanan et al. 2017). ``repulsion_scale=1/N`` is
+WGD on the posterior; the default ``1/batch_size`` is the FoRDE reference
+implementation's weighting (Trinh et al., ICLR 2024).
+
+Data augmentation by a group (Gerken & Kessel, ICML 2024): ``orbit`` trains on
+every image together with all its |G| transforms (the "full augmentation" of
+their theorem), ``sampled`` on one random element per image and step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from ella.data import ImageData, load_dataset
+from ella.data.datasets import standardisation
+from ella.data.transforms import act_per_sample
+from ella.ensembles.config import EnsembleConfig
+from ella.ensembles.kernels import (
+    LengthscaleMetric,
+    normalised_input_gradients,
+    repulsion_force,
+)
+from ella.ensembles.members import Ensemble, init_members
+from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
+from ella.groups import Group, get_group
+from ella.io import load_torch, save_json, save_jsonl, save_torch
+from ella.models import mixer
+from ella.train.loop import TrainingDivergedError, cosine_lr
+
+__all__ = [
+    "EnsembleTrainer",
+    "augment_with_group",
+    "member_features",
+    "train_ensemble",
+]
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def augment_with_group(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mode: str,
+    group: str | Group,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Augment a batch by a group.
+
+    Args:
+        x: images (B, C, H, W); y: labels (B,).
+        mode: ``none``; ``orbit`` (all ``g . x``, identity first, so (|G| B, ...));
+            ``sampled`` (``g_b . x_b`` with ``g_b`` uniform on ``G``, drawn from ``generator``).
+        group: the group (C4/D4 exact, C<N> interpolated rotations).
+
+    Returns:
+        The augmented images and their labels.
+    """
+    if mode == "none":
+        return x, y
+    group = get_group(group)
+    if mode == "orbit":
+        images = torch.cat([group.act_on_image(g, x) for g in group.elements])
+        return images, y.repeat(group.order)
+    if mode == "sampled":
+        elements = torch.randint(group.order, (len(x),), generator=generator)
+        return act_per_sample(x, group, elements), y
+    raise ValueError(f"unknown augmentation {mode!r}; choose from none, orbit, sampled")
+
+
+def member_features(
+    method: str,
+    ensemble: Ensemble,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    metric: LengthscaleMetric | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and the repulsion kernel's features for one minibatch.
+
+    Args:
+        method: ``de``, ``weight_rde``, ``function_rde`` or ``forde``.
+        ensemble: the members.
+        x: images (B, C, H, W); y: labels (B,).
+        metric: FoRDE lengthscales (default identity).
+
+    Returns:
+        ``(logits, phi)``: logits (M, B, K), and features (M, B', D) that depend
+        differentiably on the weights: the flattened weights (B' = 1) for
+        ``weight_rde``, the flattened class probabilities (B' = 1) for
+        ``function_rde``, the metric-mapped unit input gradients of the
+        true-class logits (B' = B, D = C H W) for ``forde``; ``phi`` is None for ``de``.
+    """
+    m = len(ensemble)
+    if method == "forde":
+        xm = x.expand(m, *x.shape).clone().requires_grad_(True)
+        logits = ensemble(xm, per_member=True)
+        true = logits.gather(-1, y.expand(m, -1)[..., None]).sum()
+        (grads,) = torch.autograd.grad(true, xm, create_graph=True)
+        s = normalised_input_gradients(grads)
+        return logits, (metric or LengthscaleMetric.identity())(s)
+    logits = ensemble(x)
+    if method == "de":
+        return logits, None
+    if method == "weight_rde":
+        return logits, ensemble.flat_parameters()[:, None, :]
+    if method == "function_rde":
+        return logits, logits.softmax(-1).reshape(m, 1, -1)
+    raise ValueError(f"unknown method {method!r}; choose from de, weight_rde, function_rde, forde")
+
+
+def default_model_fn(config: EnsembleConfig, data: ImageData) -> Callable[[], nn.Module]:
+    """The ella mixer the configuration names."""
+
+    def build() -> nn.Module:
+        return mixer(
+            data.in_channels,
+            data.num_classes,
+            data.image_size,
+            group=config.group,
+            paths=config.paths,
+            width=config.width,
+        )
+
+    return build
+
+
+@dataclass
+class EnsembleState:
+    """What changes during training (and goes into the checkpoint)."""
+
+    epoch: int = 0
+    step: int = 0
+    metrics: list[dict] = field(default_factory=list)
+
+
+class EnsembleTrainer:
+    """Trains an ensemble as configured, writing a run directory.
+
+    Args:
+        config: the run's configuration.
+        out_dir: run directory (config.json, metrics.jsonl, checkpoint.pt,
+            results.json); None: keep nothing on disk.
+        model_fn: builds one member (any ``nn.Module`` mapping (B, C, H, W) to
+            logits (B, K)); default the ella mixer of ``config``. Called once per
+            member after ``torch.manual_seed(member seed)``.
+        data: the data; default ``load_dataset`` of ``config``.
+    """
+
+    def __init__(
+        self,
+        config: EnsembleConfig,
+        out_dir: str | Path | None = None,
+        model_fn: Callable[[], nn.Module] | None = None,
+        data: ImageData | None = None,
+    ):
+        config.validate()
+        self.config = config
+        self.out = Path(out_dir) if out_dir is not None else None
+        self.device = torch.device(config.device)
+        self.data = data or load_dataset(
+            config.dataset, config.data_dir, config.train_size, config.test_size
+        )
+        model_fn = model_fn or default_model_fn(config, self.data)
+        members = init_members(model_fn, config.member_seeds)
+        self.ensemble = Ensemble(members, vectorize=config.vectorize).to(self.device)
+        params = list(self.ensemble.parameters())
+        if config.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+        else:
+            self.optimizer = torch.optim.Adam(params, lr=config.lr)
+        self.metric = self._lengthscale_metric()
+        self.n_train = len(self.data.train)
+        self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+        self.repulsion_scale = (
+            config.repulsion_scale
+            if config.repulsion_scale is not None
+            else 1.0 / config.batch_size
+        )
+        self.state = EnsembleState()
+
+    def _lengthscale_metric(self) -> LengthscaleMetric | None:
+        cfg = self.config
+        if cfg.method != "forde" or cfg.lengthscales == "identity":
+            return None
+        alpha = 1.0 if cfg.lengthscales == "pca" else cfg.alpha
+        metric = LengthscaleMetric.from_data(self.data.train.tensors[0], alpha=alpha)
+        metric.eigenvectors = metric.eigenvectors.to(self.device)
+        metric.scale = None if metric.scale is None else metric.scale.to(self.device)
+        return metric
+
+    # ------------------------------------------------------------------ data
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The augmented minibatches of an epoch (the same for every member and every run
+        with the same ``seed``; reproducible after a resume)."""
+        cfg = self.config
+        order = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+        augment = torch.Generator().manual_seed(cfg.seed * 7_919 + epoch)
+        loader = DataLoader(
+            self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=order
+        )
+        for x, y in loader:
+            x, y = augment_with_group(x, y, cfg.augment, cfg.augment_group, augment)
+            yield x.to(self.device), y.to(self.device)
+
+    # ------------------------------------------------------------------ one step
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The surrogate whose gradient is the particle update, and its parts.
+
+        Returns:
+            ``(surrogate, parts)``: ``surrogate.backward()`` leaves in every
+            member's ``.grad`` the WGD direction of the module docstring.
+        """
+        cfg, m = self.config, len(self.ensemble)
+        logits, phi = member_features(cfg.method, self.ensemble, x, y, self.metric)
+        ce = F.cross_entropy(logits.flatten(0, 1), y.repeat(m), reduction="none")
+        ce = ce.view(m, -1).mean(1)  # (M,)
+        surrogate = ce.sum()
+        if cfg.weight_decay > 0:
+            theta = self.ensemble.flat_parameters()
+            surrogate = surrogate + 0.5 * cfg.weight_decay * theta.square().sum()
+        parts = {"loss": float(ce.detach().mean())}
+        if phi is not None:
+            force = repulsion_force(phi)
+            surrogate = surrogate + self.repulsion_scale * (phi * force).sum()
+            parts["repulsion_norm"] = float(force.flatten(1).norm(dim=1).mean())
+        return surrogate, {**parts, "correct": int((logits.argmax(-1) == y).sum()) / m}
+
+    def train_epoch(self) -> dict[str, float]:
+        cfg = self.config
+        self.ensemble.train()
+        total_steps = cfg.epochs * self.steps_per_epoch
+        sums: dict[str, float] = {}
+        seen = 0
+        bar = tqdm(
+            self.batches(self.state.epoch),
+            total=self.steps_per_epoch,
+            desc=f"epoch {self.state.epoch + 1}",
+            leave=False,
+            disable=not cfg.progress,
+        )
+        for x, y in bar:
+            lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            surrogate, parts = self.loss(x, y)
+            if not torch.isfinite(surrogate):
+                where = f" of {self.out / CHECKPOINT}" if self.out is not None else ""
+                raise TrainingDivergedError(
+                    f"the ensemble loss became {surrogate.item()} at epoch {self.state.epoch + 1}, "
+                    f"step {self.state.step + 1}; the last good checkpoint{where} is kept. "
+                    "Try a smaller --lr or --repulsion-scale."
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            surrogate.backward()
+            self.optimizer.step()
+            self.state.step += 1
+            seen += len(y)
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * len(y))
+            bar.set_postfix(loss=f"{parts['loss']:.3f}")
+        row = {f"train_{k}": v / seen for k, v in sums.items() if k != "correct"}
+        row["train_accuracy"] = sums["correct"] / seen
+        row["lr"] = lr
+        return row
+
+    # ------------------------------------------------------------------ persistence
+    def checkpoint(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            "members": self.ensemble.member_state_dicts(),
+            "optimizer": self.optimizer.state_dict(),
+            "state": self.state.__dict__,
+        }
+
+    def save(self) -> None:
+        if self.out is None:
+            return
+        save_torch(self.checkpoint(), self.out / CHECKPOINT)
+        save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
+
+    def load(self) -> None:
+        path = self.out / CHECKPOINT if self.out is not None else None
+        if path is None or not path.is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+        ckpt = load_torch(path)
+        if ckpt["config"] != self.config.to_dict():
+            changed = sorted(
+                k for k, v in ckpt["config"].items() if self.config.to_dict().get(k) != v
+            )
+            raise ValueError(
+                f"--resume: the configuration differs from the checkpoint's in {changed}; "
+                "resume with the same options or start a new run directory"
+            )
+        self.ensemble.load_member_state_dicts(ckpt["members"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state = EnsembleState(**ckpt["state"])
+
+    # ------------------------------------------------------------------ run
+    def run(self, resume: bool = False, evaluate: bool = True) -> dict:
+        """Train to the configured number of epochs; evaluate and write ``results.json``."""
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if resume:
+                self.load()
+            else:
+                save_json(self.config.to_dict(), self.out / "config.json")
+        start = time.perf_counter()
+        cfg = self.config
+        bar = tqdm(
+            range(self.state.epoch, cfg.epochs),
+            initial=self.state.epoch,
+            total=cfg.epochs,
+            desc=f"{cfg.method} x{cfg.members}",
+            disable=not cfg.progress,
+        )
+        for _ in bar:
+            row = self.train_epoch()
+            self.state.epoch += 1
+            row["epoch"] = self.state.epoch
+            self.state.metrics.append(row)
+            self.save()
+            bar.set_postfix(loss=f"{row['train_loss']:.3f}", acc=f"{row['train_accuracy']:.3f}")
+        seconds = time.perf_counter() - start
+        return self.evaluate(seconds) if evaluate else {"train_time_s": seconds}
+
+    def evaluate(self, train_seconds: float = float("nan")) -> dict:
+        """Test metrics, corrupted-test metrics and (with ``osp_group``) orbit metrics."""
+        cfg = self.config
+        x, y = self.data.test.tensors
+        results = {"test": evaluate_ensemble(self.ensemble, x, y)}
+        if cfg.corruption_severities:
+            stats = standardisation(self.data.name)
+            results["corrupted"] = corrupted_metrics(
+                self.ensemble, x, y, stats, tuple(cfg.corruption_severities), seed=cfg.seed
+            )
+        if cfg.osp_group is not None:
+            results["orbit"] = orbit_metrics(self.ensemble, x, cfg.osp_group)
+        results.update(
+            members=len(self.ensemble),
+            method=cfg.method,
+            parameters_per_member=sum(p.numel() for p in self.ensemble.parameters())
+            // len(self.ensemble),
+            train_size=self.n_train,
+            test_size=len(y),
+            epochs=self.state.epoch,
+            train_time_s=train_seconds,
+            config=cfg.to_dict(),
+        )
+        if self.out is not None:
+            save_json(results, self.out / "results.json")
+        return results
+
+
+def train_ensemble(
+    config: EnsembleConfig, out_dir: str | Path | None = None, resume: bool = False, **kwargs
+) -> dict:
+    """Train and evaluate as configured; returns the contents of ``results.json``."""
+    return EnsembleTrainer(config, out_dir, **kwargs).run(resume=resume)
