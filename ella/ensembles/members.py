@@ -156,6 +156,13 @@ class Ensemble(nn.Module):
         for i, n in enumerate(self._buffer_names):
             getattr(self, f"stacked_buffer_{i}").copy_(torch.stack([s[n] for s in states]))
 
+    def subset(self, count: int) -> Ensemble:
+        """A new ensemble of the first ``count`` members (copies; same mode)."""
+        if not 1 <= count <= self.size:
+            raise ValueError(f"subset size must be in 1..{self.size}, got {count}")
+        members = [self.member(i) for i in range(count)]
+        return Ensemble(members, vectorize=self.vectorized).to(next(self.parameters()).device)
+
     def member(self, i: int) -> nn.Module:
         """A standalone copy of member ``i`` (an ordinary module with its weights)."""
         if not 0 <= i < self.size:

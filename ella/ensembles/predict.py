@@ -129,7 +129,7 @@ def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict[str, fl
     Returns:
         ``osp`` / ``osp_std`` (mean and standard deviation over inputs) and
         ``orbit_kl`` of the ensemble; ``member_osp`` and ``member_orbit_kl``
-        averaged over members; ``group_order``.
+        averaged over members, ``member_osps`` each member's mean OSP; ``group_order``.
     """
     group = get_group(group)
     m = len(ensemble)
@@ -148,6 +148,7 @@ def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict[str, fl
         "osp_std": float(osp.std()) if len(osp) > 1 else 0.0,
         "orbit_kl": float(orbit_symmetric_kl(mean).mean()),
         "member_osp": float(sum(member_osp) / len(member_osp)),
+        "member_osps": [float(v) for v in member_osp],
         "member_orbit_kl": float(sum(member_kl) / len(member_kl)),
         "group_order": group.order,
     }

@@ -1,0 +1,263 @@
+"""Emergent equivariance (Gerken & Kessel, ICML 2024): orbit-same-predictions out of distribution.
+
+Models are trained on FashionMNIST with data augmentation by the group ``G``
+(C4: exact 90-degree rotations; C8, C16: interpolated rotations), and their
+orbit-same-predictions (OSP: how many ``g`` in ``G`` keep the class predicted
+for ``x``, 1..|G|) is measured on out-of-distribution inputs: MNIST test
+digits, standardised like FashionMNIST. Three models per group:
+
+* ``ensemble_da``: a deep ensemble of M CNNs (ella mixer, CONV paths, no
+  lifting: not equivariant by construction) trained with augmentation;
+* ``single_da``: the same CNNs alone (each member of that ensemble is an
+  independently initialised single model; OSP averaged over the members);
+* ``gconv``: one GCONV-only C4 mixer (exactly C4-invariant, the role E2CNN
+  plays in the paper), trained with the same augmentation.
+
+Two sweeps at C16: OSP of the ensemble of the first k members (k = 1..M), and
+of ensembles of different widths.
+
+    python -m benchmarks.osp --profile cpu     # about 12 minutes on 1 CPU thread
+    python -m benchmarks.osp --profile paper   # full data, full-orbit augmentation (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from benchmarks._ensembles import run_ensembles
+from benchmarks._runner import common_arguments, header_line, partial_path, stamp, write
+from ella.data import load_dataset
+from ella.data.datasets import standardisation
+from ella.ensembles import EnsembleConfig, EnsembleTrainer, evaluate_ensemble, orbit_metrics
+
+#: the paper's table (rotated FashionMNIST, OSP out of distribution, mean +- std)
+PAPER = {
+    ("ensemble_da", "C4"): (3.85, 0.12), ("ensemble_da", "C8"): (7.72, 0.34),
+    ("ensemble_da", "C16"): (15.24, 0.69),
+    ("single_da", "C4"): (3.41, 0.18), ("single_da", "C8"): (6.73, 0.24),
+    ("single_da", "C16"): (12.77, 0.71),
+    ("gconv", "C4"): (4.0, 0.0), ("gconv", "C8"): (7.71, 0.21), ("gconv", "C16"): (15.08, 0.34),
+}  # fmt: skip
+GROUPS = ("C4", "C8", "C16")
+SWEEP_GROUP = "C16"
+PROFILES = {
+    "smoke": dict(train_size=64, test_size=32, ood_size=16, epochs=1, members=2, width=1,
+                  widths=(1,), gconv_width=1, batch_size=32, augment="sampled", lr=3e-3),
+    "cpu": dict(train_size=3000, test_size=1000, ood_size=1000, epochs=10, members=8, width=2,
+                widths=(1, 2, 4), gconv_width=2, batch_size=64, augment="sampled", lr=3e-3),
+    "paper": dict(train_size=None, test_size=None, ood_size=None, epochs=30, members=10,
+                  width=4, widths=(1, 2, 4, 8), gconv_width=4, batch_size=128,
+                  augment="orbit", lr=1e-3),
+}  # fmt: skip
+
+
+def ood_images(data_dir: str | None, size: int | None) -> torch.Tensor:
+    """MNIST test digits standardised with FashionMNIST's statistics: (N, 1, 28, 28)."""
+    mnist = load_dataset("mnist", data_dir, train_size=1, test_size=size)
+    (m_mean,), (m_std,) = standardisation("mnist")
+    (f_mean,), (f_std,) = standardisation("fashion_mnist")
+    x01 = mnist.test.tensors[0] * m_std + m_mean
+    return (x01 - f_mean) / f_std
+
+
+def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, EnsembleConfig]]:
+    common = dict(
+        dataset="fashion_mnist", data_dir=args.data_dir, train_size=profile["train_size"],
+        test_size=profile["test_size"], augment=profile["augment"], epochs=profile["epochs"],
+        batch_size=profile["batch_size"], lr=profile["lr"], seed=args.seed, progress=False,
+        corruption_severities=(),
+    )  # fmt: skip
+    cnn = dict(paths=("conv",), group="trivial", members=profile["members"])
+    runs = []
+    for group in GROUPS:
+        runs.append(
+            (
+                {"kind": "ensemble", "group": group, "width": profile["width"]},
+                EnsembleConfig(**common, **cnn, width=profile["width"], augment_group=group),
+            )
+        )
+        runs.append(
+            (
+                {"kind": "gconv", "group": group, "width": profile["gconv_width"]},
+                EnsembleConfig(
+                    **common, paths=("gconv",), group="C4", members=1,
+                    width=profile["gconv_width"], augment_group=group,
+                ),
+            )
+        )  # fmt: skip
+    for width in profile["widths"]:
+        if width != profile["width"]:
+            runs.append(
+                (
+                    {"kind": "ensemble", "group": SWEEP_GROUP, "width": width},
+                    EnsembleConfig(**common, **cnn, width=width, augment_group=SWEEP_GROUP),
+                )
+            )
+    return runs
+
+
+def measurer(ood: torch.Tensor):
+    def measure(labels: dict, trainer: EnsembleTrainer) -> dict:
+        ensemble, group = trainer.ensemble, labels["group"]
+        x, y = trainer.data.test.tensors
+        test = evaluate_ensemble(ensemble, x, y)
+        out = {
+            "accuracy": test["accuracy"],
+            "member_accuracy": test["member_accuracy"],
+            "orbit": orbit_metrics(ensemble, ood, group),
+        }
+        if labels["kind"] == "ensemble" and group == SWEEP_GROUP:
+            out["by_members"] = {
+                k: orbit_metrics(ensemble.subset(k), ood, group)
+                for k in range(1, len(ensemble) + 1)
+            }
+        return out
+
+    return measure
+
+
+def contract_rows(raw: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
+    """The result rows of the contract, and the members and width sweeps."""
+    rows, members, widths = [], [], []
+    main_width = {r["group"]: r["width"] for r in raw if r["kind"] == "ensemble"}
+    for r in raw:
+        o = r["orbit"]
+        singles = torch.tensor(o["member_osps"], dtype=torch.float64)
+        m = len(singles)
+        if r["kind"] == "gconv":
+            rows.append(dict(model="gconv", group=r["group"], osp=o["osp"], osp_std=o["osp_std"],
+                             members=1, width=r["width"], accuracy=r["accuracy"],
+                             orbit_kl=o["orbit_kl"]))  # fmt: skip
+            continue
+        ens = dict(
+            model="ensemble_da", group=r["group"], osp=o["osp"], osp_std=o["osp_std"],
+            members=m, width=r["width"], accuracy=r["accuracy"], orbit_kl=o["orbit_kl"],
+        )  # fmt: skip
+        single = dict(
+            model="single_da", group=r["group"], osp=float(singles.mean()),
+            osp_std=float(singles.std()) if m > 1 else 0.0, members=1, width=r["width"],
+            accuracy=r["member_accuracy"], orbit_kl=o["member_orbit_kl"], averaged_over_models=m,
+        )  # fmt: skip
+        if r["width"] == main_width.get(r["group"]) and not any(
+            x["model"] == "ensemble_da" and x["group"] == r["group"] for x in rows
+        ):
+            rows += [ens, single]
+        if r["group"] == SWEEP_GROUP:
+            widths.append({**ens, "single_osp": single["osp"]})
+        for k, ok in r.get("by_members", {}).items():
+            members.append(
+                dict(model="ensemble_da", group=r["group"], osp=ok["osp"], osp_std=ok["osp_std"],
+                     members=int(k), width=r["width"])
+            )  # fmt: skip
+    order = {"ensemble_da": 0, "single_da": 1, "gconv": 2}
+    rows.sort(key=lambda r: (order[r["model"]], GROUPS.index(r["group"])))
+    widths.sort(key=lambda r: r["width"])
+    return rows, members, widths
+
+
+def markdown(payload: dict) -> str:
+    rows = {(r["model"], r["group"]): r for r in payload["rows"]}
+    lines = [
+        "# Emergent equivariance: orbit-same-predictions (OSP) out of distribution",
+        "",
+        header_line(payload, "train FashionMNIST, OOD inputs MNIST test digits"),
+        "",
+        "OSP = number of group elements g with argmax p(g x) = argmax p(x), 1..|G|, mean +- "
+        "std over the OOD inputs (single_da: mean +- std over the M independently initialised "
+        "single models). Paper: Gerken & Kessel (ICML 2024), rotated FashionMNIST, E2CNN in "
+        "the gconv row.",
+        "",
+        "| model | C4 ours | C4 paper | C8 ours | C8 paper | C16 ours | C16 paper |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model in ("ensemble_da", "single_da", "gconv"):
+        cells = []
+        for g in GROUPS:
+            r = rows.get((model, g))
+            ours = f"{r['osp']:.2f} +- {r['osp_std']:.2f}" if r else "-"
+            paper = PAPER[(model, g)]
+            cells += [ours, f"{paper[0]:.2f} +- {paper[1]:.2f}"]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "FashionMNIST test accuracy (unrotated test set):", ""]
+    for (model, g), r in sorted(rows.items()):
+        if r.get("accuracy") is not None:
+            lines.append(f"- {model} {g} (width {r['width']}, {r['members']} members): "
+                         f"{100 * r['accuracy']:.1f}%")  # fmt: skip
+    lines += ["", f"## OSP vs number of members ({SWEEP_GROUP})", "",
+              "| members | OSP |", "|---:|---:|"]  # fmt: skip
+    lines += [
+        f"| {r['members']} | {r['osp']:.2f} +- {r['osp_std']:.2f} |"
+        for r in payload["members_sweep"]
+    ]
+    lines += [
+        "", f"## OSP vs width ({SWEEP_GROUP}, {payload['rows'][0]['members']} members)", "",
+        "| width | ensemble OSP | single-model OSP | accuracy |", "|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    lines += [
+        f"| {r['width']} | {r['osp']:.2f} +- {r['osp_std']:.2f} | {r['single_osp']:.2f} "
+        f"| {100 * r['accuracy']:.1f}% |"
+        for r in payload["width_sweep"]
+    ]
+    lines += ["", "Claims of the paper at this profile:", ""]
+    lines += [f"- {c}: **{'yes' if ok else 'no'}**" for c, ok in payload["claims"].items()]
+    lines += ["", "Notes:", ""] + [f"- {n}" for n in payload["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def claims(rows: list[dict], members: list[dict], widths: list[dict]) -> dict[str, bool]:
+    get = {(r["model"], r["group"]): r for r in rows}
+    out = {}
+    for g in GROUPS:
+        if ("ensemble_da", g) in get and ("single_da", g) in get:
+            out[f"ensemble + DA has higher OSP than single model + DA at {g}"] = (
+                get[("ensemble_da", g)]["osp"] > get[("single_da", g)]["osp"]
+            )
+    if ("gconv", "C4") in get:
+        out["the GCONV model is exactly C4-invariant (OSP = 4)"] = get[("gconv", "C4")]["osp"] == 4
+    if len(members) > 1:
+        out[f"OSP grows with the number of members ({SWEEP_GROUP}, first vs last)"] = (
+            members[-1]["osp"] > members[0]["osp"]
+        )
+    if len(widths) > 1:
+        out[f"OSP grows with width ({SWEEP_GROUP}, narrowest vs widest)"] = (
+            widths[-1]["osp"] > widths[0]["osp"]
+        )
+    return out
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_arguments(parser, PROFILES)
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    if args.render_only:
+        import json
+        from pathlib import Path
+
+        payload = json.loads((Path(args.results_dir) / "osp.json").read_text())
+    else:
+        start = time.time()
+        ood = ood_images(args.data_dir, profile["ood_size"])
+        raw = run_ensembles(
+            build_runs(args, profile), measurer(ood), "osp", partial_path(args, "osp")
+        )
+        rows, members, widths = contract_rows(raw)
+        payload = {
+            **stamp(args, "osp", profile, time.time() - start),
+            "ood": f"MNIST test, first {len(ood)} images",
+            "rows": rows,
+            "members_sweep": members,
+            "width_sweep": widths,
+            "raw": raw,
+        }
+    payload["claims"] = claims(payload["rows"], payload["members_sweep"], payload["width_sweep"])
+    payload.setdefault("notes", [])
+    write(args, "osp", payload, markdown(payload))
+    return payload
+
+
+if __name__ == "__main__":
+    main()
