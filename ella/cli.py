@@ -1,4 +1,5 @@
-"""Command line: ``ella train``, ``ella report RUN_DIR [--symmetry GROUP]`` and ``ella demo``."""
+"""Command line: ``ella train``, ``ella ensemble``, ``ella report RUN_DIR [--symmetry GROUP]``
+and ``ella demo``."""
 
 from __future__ import annotations
 
@@ -61,25 +62,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _field_type(field: dataclasses.Field):
-    """(argparse type, nargs) for a TrainConfig field."""
-    hint = typing.get_type_hints(TrainConfig)[field.name]
+def _field_type(field: dataclasses.Field, config_cls: type = TrainConfig):
+    """(argparse type, nargs) for a field of a configuration dataclass."""
+    hint = typing.get_type_hints(config_cls)[field.name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = args[0]
     if typing.get_origin(hint) is tuple:
-        return str, "+"
+        return typing.get_args(hint)[0], field.metadata.get("nargs", "+")
     return hint, None
 
 
-def add_train_options(parser: argparse.ArgumentParser) -> None:
-    """One ``--option`` per :class:`~ella.train.TrainConfig` field, with its help text."""
-    defaults = TrainConfig()
-    for field in dataclasses.fields(TrainConfig):
+def add_train_options(
+    parser: argparse.ArgumentParser,
+    config_cls: type = TrainConfig,
+    help_texts: dict[str, str] = HELP,
+) -> None:
+    """One ``--option`` per field of ``config_cls`` (default :class:`~ella.train.TrainConfig`),
+    with its help text."""
+    defaults = config_cls()
+    for field in dataclasses.fields(config_cls):
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
-        help_text = HELP[field.name]
-        kind, nargs = _field_type(field)
+        help_text = help_texts[field.name]
+        kind, nargs = _field_type(field, config_cls)
         if kind is bool:
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
@@ -227,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_train_options(train)
     train.set_defaults(func=cmd_train)
+    from ella.ensembles.cli import add_ensemble_parser
+
+    add_ensemble_parser(sub)
     dl = sub.add_parser(
         "download", help="download mnist, fashion_mnist or cifar10 (original files, verified)"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = ("de", "weight_rde", "function_rde", "forde")
@@ -56,7 +56,7 @@ class EnsembleConfig:
     momentum: float = 0.9
     weight_decay: float = 0.0
     # evaluation
-    corruption_severities: tuple[int, ...] = (1, 3, 5)
+    corruption_severities: tuple[int, ...] = field(default=(1, 3, 5), metadata={"nargs": "*"})
     osp_group: str | None = None
     # run
     seed: int = 0
@@ -154,7 +154,8 @@ HELP: dict[str, str] = {
     "lr_min": "final learning rate of the cosine schedule",
     "momentum": "SGD momentum (ignored by adam)",
     "weight_decay": "Gaussian prior precision / N (an L2 term on every member)",
-    "corruption_severities": "severities (1-5) of the corrupted test sets in the evaluation",
+    "corruption_severities": "severities (1-5) of the corrupted test sets in the evaluation "
+    "(none given: no corrupted evaluation)",
     "osp_group": "also report orbit-same-predictions and orbit KL on the test set for this "
     "group (e.g. C4, C8)",
     "seed": "seed of the data order and augmentation (and of member 0 unless --init-seed)",

@@ -1,0 +1,113 @@
+"""``ella ensemble``: train an ensemble (deep, repulsive or FoRDE) and evaluate it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from ella.ensembles.config import HELP, EnsembleConfig
+
+__all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
+
+
+def config_from_args(args: argparse.Namespace) -> EnsembleConfig:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(EnsembleConfig)}
+    values["paths"] = tuple(values["paths"])
+    values["corruption_severities"] = tuple(values["corruption_severities"])
+    return EnsembleConfig(**values)
+
+
+def format_results(results: dict) -> str:
+    """A short table of a finished ensemble run's ``results.json``."""
+    t = results["test"]
+    lines = [
+        f"{results['method']} ensemble of {results['members']} members "
+        f"({results['parameters_per_member']:,} parameters each), trained on "
+        f"{results['train_size']} images for {results['epochs']} epochs "
+        f"in {results['train_time_s']:.0f} s",
+        f"test ({results['test_size']} images): accuracy {100 * t['accuracy']:.2f}%  "
+        f"NLL {t['nll']:.4f}  ECE {t['ece']:.4f}  (members alone: accuracy "
+        f"{100 * t['member_accuracy']:.2f}%, NLL {t['member_nll']:.4f})",
+    ]
+    if "corrupted" in results:
+        c = results["corrupted"]
+        sev = results["config"]["corruption_severities"]
+        lines.append(
+            f"corrupted (8 corruptions x severities {sev}): accuracy {100 * c['accuracy']:.2f}%  "
+            f"NLL {c['nll']:.4f}  ECE {c['ece']:.4f}"
+        )
+        for name, by_severity in c["by_corruption"].items():
+            cells = "  ".join(f"s{s}: {100 * m['accuracy']:5.1f}%" for s, m in by_severity.items())
+            lines.append(f"  {name:<15} {cells}")
+    if "orbit" in results:
+        o = results["orbit"]
+        lines.append(
+            f"orbit over {results['config']['osp_group']} (|G| = {o['group_order']}): "
+            f"OSP {o['osp']:.2f} +- {o['osp_std']:.2f} (members alone {o['member_osp']:.2f}), "
+            f"orbit symmetric KL {o['orbit_kl']:.4f} (members alone {o['member_orbit_kl']:.4f})"
+        )
+    return "\n".join(lines)
+
+
+def cmd_ensemble(args: argparse.Namespace) -> int:
+    """Train and evaluate an ensemble as configured by the options."""
+    from ella.data import DataFileError
+    from ella.ensembles.trainer import EnsembleTrainer
+    from ella.train import TrainingDivergedError
+
+    if args.out is None:
+        if args.resume:
+            print("error: --resume needs --out RUN_DIR", file=sys.stderr)
+            return 2
+        args.out = time.strftime("runs/ensemble-%Y%m%d-%H%M%S")
+    out = Path(args.out)
+    if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
+        print(
+            f"error: {out} already holds a run; use --resume to continue it, --overwrite to "
+            "start again, or another --out",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        config = config_from_args(args)
+        if args.resume and (out / "config.json").exists():
+            saved = EnsembleConfig.from_dict(json.loads((out / "config.json").read_text()))
+            defaults = EnsembleConfig()  # options left at their defaults take the saved values
+            for f in dataclasses.fields(EnsembleConfig):
+                if getattr(config, f.name) == getattr(defaults, f.name):
+                    setattr(config, f.name, getattr(saved, f.name))
+        results = EnsembleTrainer(config, out).run(resume=args.resume)
+    except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(format_results(results))
+    print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
+    return 0
+
+
+def add_ensemble_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``ella ensemble`` (options generated from :class:`EnsembleConfig`)."""
+    from ella.cli import add_train_options
+
+    parser = sub.add_parser(
+        "ensemble",
+        help="train and evaluate a deep / repulsive / FoRDE ensemble",
+        description="Train M members together (vectorised with torch.func), optionally with "
+        "data augmentation by a group and a repulsion between members (weight-space, "
+        "function-space or input-gradient RDE, as Wasserstein gradient descent), then report "
+        "test accuracy, NLL and ECE, the same on corrupted test images, and (--osp-group) "
+        "orbit-same-predictions.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--out", default=None, help="run directory (default: runs/ensemble-...)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start again even if --out holds a run"
+    )
+    add_train_options(parser, EnsembleConfig, HELP)
+    parser.set_defaults(func=cmd_ensemble)
+    return parser
