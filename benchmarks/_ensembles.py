@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from benchmarks._runner import run_with_partial
 from ella.ensembles import EnsembleConfig, EnsembleTrainer
-from ella.io import save_json
 
 Measure = Callable[[dict, EnsembleTrainer], dict]
 
@@ -21,29 +18,13 @@ def run_ensembles(
     desc: str,
     partial: Path | None = None,
 ) -> list[dict]:
-    """Train every configuration and ``measure(labels, trainer)`` it; one row per run.
+    """Train every configuration and ``measure(labels, trainer)`` it; one row per run,
+    resuming from ``partial`` (see :func:`benchmarks._runner.run_with_partial`)."""
 
-    With ``partial``, each finished row is saved there at once (atomically) and rows
-    already saved for the same labels and configuration are reused, so an
-    interrupted benchmark continues where it stopped.
-    """
-    done = {}
-    if partial is not None and partial.is_file():
-        for row in json.loads(partial.read_text()):
-            done[json.dumps([row["labels"], row["config"]], sort_keys=True)] = row["row"]
-    saved, rows = [], []
-    bar = tqdm(runs, desc=desc)
-    for labels, config in bar:
-        bar.set_postfix(labels)
-        key = json.dumps([labels, config.to_dict()], sort_keys=True)
-        if key not in done:
-            start = time.perf_counter()
-            trainer = EnsembleTrainer(config)
-            trainer.run(evaluate=False)
-            done[key] = {**labels, **measure(labels, trainer)}
-            done[key]["seconds"] = time.perf_counter() - start
-        rows.append(done[key])
-        saved.append({"labels": labels, "config": config.to_dict(), "row": done[key]})
-        if partial is not None:
-            save_json(saved, partial)
-    return rows
+    def run_one(labels: dict, config: EnsembleConfig) -> dict:
+        start = time.perf_counter()
+        trainer = EnsembleTrainer(config)
+        trainer.run(evaluate=False)
+        return {**labels, **measure(labels, trainer), "seconds": time.perf_counter() - start}
+
+    return run_with_partial(runs, run_one, desc, partial)

@@ -7,7 +7,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -62,14 +64,17 @@ def common_arguments(parser: argparse.ArgumentParser, profiles: dict) -> None:
     )
 
 
-def run_all(
-    runs: list[tuple[dict, TrainConfig]], desc: str, partial: Path | None = None
+def run_with_partial(
+    runs: list[tuple[dict, Any]],
+    run_one: Callable[[dict, Any], dict],
+    desc: str,
+    partial: Path | None = None,
 ) -> list[dict]:
-    """Train every configuration; return one row per run (its labels plus measurements).
+    """``run_one(labels, config)`` for every run; return one row per run.
 
     If ``partial`` is given, each finished row is saved there at once (atomically),
-    and rows already saved for the same labels and configuration are reused, so an
-    interrupted benchmark continues where it stopped.
+    and rows already saved for the same labels and configuration (``config.to_dict()``)
+    are reused, so an interrupted benchmark continues where it stopped.
     """
     done = {}
     if partial is not None and partial.is_file():
@@ -80,37 +85,45 @@ def run_all(
     for labels, config in bar:
         bar.set_postfix(labels)
         key = json.dumps([labels, config.to_dict()], sort_keys=True)
-        if key in done:
-            rows.append(done[key])
-            saved.append({"labels": labels, "config": config.to_dict(), "row": done[key]})
-            continue
-        start = time.perf_counter()
-        with tempfile.TemporaryDirectory() as out:
-            r = Trainer(config, out).run()
-        rows.append(
-            {
-                **labels,
-                "test_accuracy": r["test_accuracy"],
-                "test_nll": r["test_nll"],
-                "final_test_accuracy": r["final_test_accuracy"],
-                "log_marglik": r["log_marglik_reported_state"],
-                "log_marglik_history": r["log_marglik"],
-                "shares": shares_summary(r["effective_parameters"]),
-                "effective_parameters": r["effective_parameters"],
-                "prior_precision": r["prior_precision"],
-                "eta": r["eta"],
-                "eta_history": r["eta_history"],
-                "parameters": r["parameters"],
-                "train_size": r["train_size"],
-                "test_size": r["test_size"],
-                "epochs": r["epochs"],
-                "seconds": time.perf_counter() - start,
-            }
-        )
+        if key not in done:
+            done[key] = run_one(labels, config)
+        rows.append(done[key])
+        saved.append({"labels": labels, "config": config.to_dict(), "row": done[key]})
         if partial is not None:
-            saved.append({"labels": labels, "config": config.to_dict(), "row": rows[-1]})
             save_json(saved, partial)
     return rows
+
+
+def train_row(labels: dict, config: TrainConfig) -> dict:
+    """Train one configuration in a temporary directory; its labels plus measurements."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        r = Trainer(config, out).run()
+    return {
+        **labels,
+        "test_accuracy": r["test_accuracy"],
+        "test_nll": r["test_nll"],
+        "final_test_accuracy": r["final_test_accuracy"],
+        "log_marglik": r["log_marglik_reported_state"],
+        "log_marglik_history": r["log_marglik"],
+        "shares": shares_summary(r["effective_parameters"]),
+        "effective_parameters": r["effective_parameters"],
+        "prior_precision": r["prior_precision"],
+        "eta": r["eta"],
+        "eta_history": r["eta_history"],
+        "parameters": r["parameters"],
+        "train_size": r["train_size"],
+        "test_size": r["test_size"],
+        "epochs": r["epochs"],
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def run_all(
+    runs: list[tuple[dict, TrainConfig]], desc: str, partial: Path | None = None
+) -> list[dict]:
+    """Train every configuration (:func:`train_row`), resuming from ``partial``."""
+    return run_with_partial(runs, train_row, desc, partial)
 
 
 def shares_summary(layers: list[dict]) -> dict:

@@ -94,23 +94,25 @@ def add_train_options(
             parser.add_argument(flag, type=kind, nargs=nargs, default=default, help=help_text)
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    for key in ("paths", "generators"):
-        values[key] = tuple(values[key])
-    return TrainConfig(**values)
+def config_from_args(args: argparse.Namespace, config_cls: type = TrainConfig):
+    """The ``config_cls`` instance the parsed options describe (lists become tuples)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
+    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
-    from ella.data import DataFileError
-    from ella.train import Trainer, TrainingDivergedError
+def prepare_run(args: argparse.Namespace, config_cls: type, prefix: str):
+    """Check ``--out``/``--resume``/``--overwrite`` and build the run's configuration.
 
+    When resuming, options left at their defaults take the run's saved values.
+
+    Returns:
+        ``(out, config)``, or an exit status (2) after printing why the run is refused.
+    """
     if args.out is None:
         if args.resume:
             print("error: --resume needs --out RUN_DIR", file=sys.stderr)
             return 2
-        args.out = time.strftime("runs/run-%Y%m%d-%H%M%S")
+        args.out = time.strftime(f"runs/{prefix}-%Y%m%d-%H%M%S")
     out = Path(args.out)
     if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
         print(
@@ -119,15 +121,26 @@ def cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    config = config_from_args(args, config_cls)
+    if args.resume and (out / "config.json").exists():
+        saved = config_cls.from_dict(json.loads((out / "config.json").read_text()))
+        defaults = config_cls()
+        for f in dataclasses.fields(config_cls):
+            if getattr(config, f.name) == getattr(defaults, f.name):
+                setattr(config, f.name, getattr(saved, f.name))
+    return out, config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
+    from ella.data import DataFileError
+    from ella.train import Trainer, TrainingDivergedError
+
     try:
-        config = config_from_args(args)
-        if args.resume and (out / "config.json").exists():
-            saved = TrainConfig.from_dict(json.loads((out / "config.json").read_text()))
-            # options left at their defaults take the saved values when resuming
-            defaults = TrainConfig()
-            for f in dataclasses.fields(TrainConfig):
-                if getattr(config, f.name) == getattr(defaults, f.name):
-                    setattr(config, f.name, getattr(saved, f.name))
+        prepared = prepare_run(args, TrainConfig, "run")
+        if isinstance(prepared, int):
+            return prepared
+        out, config = prepared
         results = Trainer(config, out).run(resume=args.resume)
     except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
         print(f"error: {err}", file=sys.stderr)

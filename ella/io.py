@@ -46,6 +46,30 @@ def save_jsonl(rows: list[dict], path: Path) -> None:
     save_text("".join(json.dumps(r) + "\n" for r in rows), path)
 
 
+def load_checkpoint(path: Path, config: dict) -> dict:
+    """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
+
+    Args:
+        path: the checkpoint file (a dict with a ``"config"`` entry).
+        config: the resuming run's configuration as a dict.
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``path``.
+        ValueError: the saved configuration differs; the message names the keys.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+    ckpt = load_torch(path)
+    if ckpt["config"] != config:
+        changed = sorted(k for k, v in ckpt["config"].items() if config.get(k) != v)
+        raise ValueError(
+            f"--resume: the configuration differs from the checkpoint's in {changed}; "
+            "resume with the same options or start a new run directory"
+        )
+    return ckpt
+
+
 def load_torch(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=False)

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
-import time
-from pathlib import Path
 
 from ella.ensembles.config import HELP, EnsembleConfig
 
 __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
-
-
-def config_from_args(args: argparse.Namespace) -> EnsembleConfig:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(EnsembleConfig)}
-    values["paths"] = tuple(values["paths"])
-    values["corruption_severities"] = tuple(values["corruption_severities"])
-    return EnsembleConfig(**values)
 
 
 def format_results(results: dict) -> str:
@@ -55,31 +44,16 @@ def format_results(results: dict) -> str:
 
 def cmd_ensemble(args: argparse.Namespace) -> int:
     """Train and evaluate an ensemble as configured by the options."""
+    from ella.cli import prepare_run
     from ella.data import DataFileError
     from ella.ensembles.trainer import EnsembleTrainer
     from ella.train import TrainingDivergedError
 
-    if args.out is None:
-        if args.resume:
-            print("error: --resume needs --out RUN_DIR", file=sys.stderr)
-            return 2
-        args.out = time.strftime("runs/ensemble-%Y%m%d-%H%M%S")
-    out = Path(args.out)
-    if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
-        print(
-            f"error: {out} already holds a run; use --resume to continue it, --overwrite to "
-            "start again, or another --out",
-            file=sys.stderr,
-        )
-        return 2
     try:
-        config = config_from_args(args)
-        if args.resume and (out / "config.json").exists():
-            saved = EnsembleConfig.from_dict(json.loads((out / "config.json").read_text()))
-            defaults = EnsembleConfig()  # options left at their defaults take the saved values
-            for f in dataclasses.fields(EnsembleConfig):
-                if getattr(config, f.name) == getattr(defaults, f.name):
-                    setattr(config, f.name, getattr(saved, f.name))
+        prepared = prepare_run(args, EnsembleConfig, "ensemble")
+        if isinstance(prepared, int):
+            return prepared
+        out, config = prepared
         results = EnsembleTrainer(config, out).run(resume=args.resume)
     except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -47,7 +47,7 @@ from ella.ensembles.kernels import (
 from ella.ensembles.members import Ensemble, init_members
 from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
 from ella.groups import Group, get_group
-from ella.io import load_torch, save_json, save_jsonl, save_torch
+from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.models import mixer
 from ella.train.loop import TrainingDivergedError, cosine_lr
 
@@ -302,18 +302,9 @@ class EnsembleTrainer:
         save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
 
     def load(self) -> None:
-        path = self.out / CHECKPOINT if self.out is not None else None
-        if path is None or not path.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        ckpt = load_torch(path)
-        if ckpt["config"] != self.config.to_dict():
-            changed = sorted(
-                k for k, v in ckpt["config"].items() if self.config.to_dict().get(k) != v
-            )
-            raise ValueError(
-                f"--resume: the configuration differs from the checkpoint's in {changed}; "
-                "resume with the same options or start a new run directory"
-            )
+        if self.out is None:
+            raise ValueError("resuming needs a run directory (out_dir)")
+        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config.to_dict())
         self.ensemble.load_member_state_dicts(ckpt["members"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = EnsembleState(**ckpt["state"])

@@ -32,7 +32,7 @@ from ella.data import load_dataset
 from ella.data.transforms import augment
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
-from ella.io import load_torch, save_json, save_jsonl, save_torch
+from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.models import BASELINE_MODELS, mixer
 from ella.train.config import TrainConfig
@@ -214,18 +214,7 @@ class Trainer:
         save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
 
     def load(self) -> None:
-        path = self.out / CHECKPOINT
-        if not path.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        ckpt = load_torch(path)
-        if ckpt["config"] != self.config.to_dict():
-            changed = sorted(
-                k for k, v in ckpt["config"].items() if self.config.to_dict().get(k) != v
-            )
-            raise ValueError(
-                f"--resume: the configuration differs from the checkpoint's in {changed}; "
-                "resume with the same options or start a new run directory"
-            )
+        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config.to_dict())
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
