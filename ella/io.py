@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -44,6 +45,26 @@ def save_json(obj: Any, path: Path) -> None:
 
 def save_jsonl(rows: list[dict], path: Path) -> None:
     save_text("".join(json.dumps(r) + "\n" for r in rows), path)
+
+
+class JsonConfig:
+    """``to_dict``/``from_dict`` for dataclass configurations saved as JSON.
+
+    Tuple fields become lists in the dict and lists become tuples again; unknown
+    keys are refused (a run directory from another version says so).
+    """
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def load_checkpoint(path: Path, config: dict) -> dict:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
+
+from ella.io import JsonConfig
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = ("de", "weight_rde", "function_rde", "forde")
@@ -14,7 +15,7 @@ LENGTHSCALES = ("identity", "pca", "mix")
 
 
 @dataclass
-class EnsembleConfig:
+class EnsembleConfig(JsonConfig):
     """Everything that defines an ensemble training run.
 
     Members ``i = 0 .. members-1`` are initialised with seed ``init_seed + i``
@@ -69,24 +70,6 @@ class EnsembleConfig:
         """Initialisation seed of each member."""
         first = self.seed if self.init_seed is None else self.init_seed
         return [first + i for i in range(self.members)]
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["paths"] = list(self.paths)
-        d["corruption_severities"] = list(self.corruption_severities)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> EnsembleConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
-        d = dict(d)
-        for key in ("paths", "corruption_severities"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
 
     def validate(self) -> None:
         """Raise ValueError for settings that cannot work, saying which and why."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ella.invariance.affine import GENERATORS
+from ella.io import JsonConfig
 from ella.nn import PATH_NAMES
 
 #: Network architectures ``build_model`` knows.
@@ -16,7 +16,7 @@ INVARIANCE_METHODS = ("none", "full", "learned", "augerino")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Everything that defines a training run.
 
     MAP training and learned-prior (ELLA) training are the same loop; with
@@ -93,24 +93,6 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     progress: bool = True
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["paths"] = list(self.paths)
-        d["generators"] = list(self.generators)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
-        d = dict(d)
-        for key in ("paths", "generators"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
 
     def validate(self) -> None:
         """Raise ValueError for settings that cannot work, saying which and why."""
