@@ -31,7 +31,13 @@ from benchmarks._ensembles import run_ensembles
 from benchmarks._runner import common_arguments, header_line, partial_path, stamp, write
 from ella.data import load_dataset
 from ella.data.datasets import standardisation
-from ella.ensembles import EnsembleConfig, EnsembleTrainer, evaluate_ensemble, orbit_metrics
+from ella.ensembles import (
+    EnsembleConfig,
+    EnsembleTrainer,
+    evaluate_ensemble,
+    orbit_member_log_probs,
+    orbit_summary,
+)
 
 #: the paper's table (rotated FashionMNIST, OSP out of distribution, mean +- std)
 PAPER = {
@@ -104,16 +110,15 @@ def measurer(ood: torch.Tensor):
         ensemble, group = trainer.ensemble, labels["group"]
         x, y = trainer.data.test.tensors
         test = evaluate_ensemble(ensemble, x, y)
+        orbit = orbit_member_log_probs(ensemble, ood, group)  # (|G|, M, N, K)
         out = {
             "accuracy": test["accuracy"],
             "member_accuracy": test["member_accuracy"],
-            "orbit": orbit_metrics(ensemble, ood, group),
+            "orbit": orbit_summary(orbit),
         }
-        if labels["kind"] == "ensemble" and group == SWEEP_GROUP:
-            out["by_members"] = {
-                k: orbit_metrics(ensemble.subset(k), ood, group)
-                for k in range(1, len(ensemble) + 1)
-            }
+        if labels["kind"] == "ensemble" and group == SWEEP_GROUP:  # the first k members
+            sizes = range(1, len(ensemble) + 1)
+            out["by_members"] = {k: orbit_summary(orbit[:, :k]) for k in sizes}
         return out
 
     return measure

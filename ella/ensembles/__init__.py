@@ -26,7 +26,9 @@ from ella.ensembles.predict import (
     evaluate_ensemble,
     expected_calibration_error,
     member_log_probs,
+    orbit_member_log_probs,
     orbit_metrics,
+    orbit_summary,
 )
 from ella.ensembles.trainer import (
     EnsembleTrainer,
@@ -53,7 +55,9 @@ __all__ = [
     "median_bandwidth",
     "member_features",
     "member_log_probs",
+    "orbit_member_log_probs",
     "orbit_metrics",
+    "orbit_summary",
     "repulsion_force",
     "train_ensemble",
 ]

@@ -23,7 +23,9 @@ __all__ = [
     "evaluate_ensemble",
     "expected_calibration_error",
     "member_log_probs",
+    "orbit_member_log_probs",
     "orbit_metrics",
+    "orbit_summary",
 ]
 
 
@@ -119,17 +121,16 @@ def corrupted_metrics(
     return {**mean, "by_corruption": table}
 
 
-def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict[str, float]:
-    """Orbit-same-predictions and orbit symmetric KL of the ensemble and of its members.
+def orbit_member_log_probs(ensemble, x: torch.Tensor, group: str | Group) -> torch.Tensor:
+    """Every member's log probabilities over each input's orbit.
 
-    OSP (Gerken & Kessel, ICML 2024) counts the ``g`` in ``G`` with
-    ``argmax p(g x) == argmax p(x)`` (1 .. |G|); the ensemble's ``p`` is the
-    mean member probability.
+    Args:
+        ensemble: the members (eval mode is set inside).
+        x: images (N, C, H, W).
+        group: group acting on the images; element 0 is the identity.
 
     Returns:
-        ``osp`` / ``osp_std`` (mean and standard deviation over inputs) and
-        ``orbit_kl`` of the ensemble; ``member_osp`` and ``member_orbit_kl``
-        averaged over members, ``member_osps`` each member's mean OSP; ``group_order``.
+        ``out[g, i, n] = log p_i(g . x_n)``, shape (|G|, M, N, K).
     """
     group = get_group(group)
     m = len(ensemble)
@@ -138,7 +139,26 @@ def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict[str, fl
         return member_log_probs(ensemble, z).permute(1, 0, 2).flatten(1)
 
     orbit = orbit_outputs(predict, x, group)  # (|G|, N, M * K)
-    orbit = orbit.reshape(group.order, len(x), m, -1).transpose(1, 2)  # (|G|, M, N, K)
+    return orbit.reshape(group.order, len(x), m, -1).transpose(1, 2)
+
+
+def orbit_summary(orbit: torch.Tensor) -> dict:
+    """OSP and orbit symmetric KL of an ensemble and of its members, from (|G|, M, N, K).
+
+    OSP (Gerken & Kessel, ICML 2024) counts the ``g`` in ``G`` with
+    ``argmax p(g x) == argmax p(x)`` (1 .. |G|); the ensemble's ``p`` is the
+    mean member probability. Pass ``orbit[:, :k]`` for the first ``k`` members.
+
+    Returns:
+        ``osp`` / ``osp_std`` (mean and standard deviation over inputs) and
+        ``orbit_kl`` of the ensemble; ``member_osp`` and ``member_orbit_kl``
+        averaged over members, ``member_osps`` each member's mean OSP; ``group_order``.
+    """
+    if orbit.dim() != 4:
+        raise ValueError(
+            f"expected orbit log probabilities (|G|, M, N, K), got shape {tuple(orbit.shape)}"
+        )
+    order, m = orbit.shape[:2]
     mean = orbit.logsumexp(1) - math.log(m)  # (|G|, N, K)
     osp = orbit_same_predictions(mean).double()
     member_osp = [orbit_same_predictions(orbit[:, i]).double().mean() for i in range(m)]
@@ -147,8 +167,13 @@ def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict[str, fl
         "osp": float(osp.mean()),
         "osp_std": float(osp.std()) if len(osp) > 1 else 0.0,
         "orbit_kl": float(orbit_symmetric_kl(mean).mean()),
-        "member_osp": float(sum(member_osp) / len(member_osp)),
+        "member_osp": float(sum(member_osp) / m),
         "member_osps": [float(v) for v in member_osp],
-        "member_orbit_kl": float(sum(member_kl) / len(member_kl)),
-        "group_order": group.order,
+        "member_orbit_kl": float(sum(member_kl) / m),
+        "group_order": int(order),
     }
+
+
+def orbit_metrics(ensemble, x: torch.Tensor, group: str | Group) -> dict:
+    """:func:`orbit_summary` of the ensemble on images ``x`` (N, C, H, W) over ``group``."""
+    return orbit_summary(orbit_member_log_probs(ensemble, x, group))

@@ -63,3 +63,11 @@ def test_member_errors():
     ens = Ensemble([nn.Linear(2, 3), nn.Linear(2, 3)])
     with pytest.raises(ValueError, match="leading axis of size 2"):
         ens(torch.randn(3, 4, 2), per_member=True)
+
+
+def test_subset_keeps_the_first_members():
+    ens = Ensemble(init_members(small_mixer, [0, 1, 2]))
+    x = torch.randn(2, 1, 8, 8)
+    assert torch.allclose(ens.subset(2)(x), ens(x)[:2], atol=1e-6)
+    with pytest.raises(ValueError, match="1..3"):
+        ens.subset(4)
