@@ -37,7 +37,8 @@ class EnsembleConfig(JsonConfig):
     test_size: int | None = None
     augment: str = "none"
     augment_group: str = "C4"
-    # model (an ella mixer; use the Python API for any other nn.Module)
+    # model (use the Python API, EnsembleTrainer(model_fn=...), for any other nn.Module)
+    model: str = "mixer"
     paths: tuple[str, ...] = ("conv",)
     group: str = "trivial"
     width: int = 1
@@ -74,6 +75,7 @@ class EnsembleConfig(JsonConfig):
     def validate(self) -> None:
         """Raise ValueError for settings that cannot work, saying which and why."""
         from ella.groups import get_group
+        from ella.models import BASELINE_MODELS
 
         for name in ("epochs", "batch_size", "width", "members"):
             if getattr(self, name) < 1:
@@ -87,6 +89,7 @@ class EnsembleConfig(JsonConfig):
             "augment": AUGMENTATIONS,
             "lengthscales": LENGTHSCALES,
             "optimizer": ("adam", "sgd"),
+            "model": ("mixer", *BASELINE_MODELS),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -119,6 +122,8 @@ HELP: dict[str, str] = {
     "augment": "data augmentation by --augment-group: none, orbit (every image with all |G| "
     "transforms) or sampled (one random element per image and step)",
     "augment_group": "group of the augmentation: C4, D4 (exact) or C<N> (interpolated, e.g. C8)",
+    "model": "member network: mixer (ella's relaxed layers; --paths, --group) or the plain "
+    "baselines cnn or mlp (--width)",
     "paths": "paths of every mixer layer: any of fc conv gconv (conv with --group trivial: a CNN)",
     "group": "group the mixer lifts to: trivial, C4 or D4 (gconv with C4: exactly invariant)",
     "width": "channel multiplier of the mixer",

@@ -48,7 +48,7 @@ from ella.ensembles.members import Ensemble, init_members
 from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
 from ella.groups import Group, get_group
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
-from ella.models import mixer
+from ella.models import BASELINE_MODELS, mixer
 from ella.train.loop import TrainingDivergedError, cosine_lr
 
 __all__ = [
@@ -132,9 +132,12 @@ def member_features(
 
 
 def default_model_fn(config: EnsembleConfig, data: ImageData) -> Callable[[], nn.Module]:
-    """The ella mixer the configuration names."""
+    """The network the configuration names (an ella mixer, or a plain cnn/mlp baseline)."""
 
     def build() -> nn.Module:
+        if config.model in BASELINE_MODELS:
+            baseline = BASELINE_MODELS[config.model]
+            return baseline(data.in_channels, data.num_classes, data.image_size, width=config.width)
         return mixer(
             data.in_channels,
             data.num_classes,

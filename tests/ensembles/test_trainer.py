@@ -202,8 +202,18 @@ def test_nan_loss_is_a_clear_error():
         ({"method": "forde", "members": 1}, "members >= 2"),
         ({"corruption_severities": (6,)}, "severities"),
         ({"lengthscales": "learned"}, "unknown lengthscales"),
+        ({"model": "resnet"}, "unknown model"),
     ],
 )
 def test_bad_configurations_are_clear_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         config(**kw).validate()
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_plain_baseline_members_from_the_configuration(model):
+    data = tiny_data(size=8)
+    t = EnsembleTrainer(config(model=model, epochs=1, method="forde"), data=data)
+    assert not any("layer1" in n for n, _ in t.ensemble.template.named_parameters())
+    t.run(evaluate=False)
+    assert t.state.epoch == 1
