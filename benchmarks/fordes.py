@@ -1,6 +1,6 @@
 """FoRDE (Trinh et al., ICLR 2024): input-gradient repulsion vs deep and repulsive ensembles.
 
-Five ensembles of the same CNN (ella mixer with CONV paths, no lifting), the
+Five ensembles of the same plain CNN (:func:`ella.models.cnn`), the
 same initialisations and the same minibatches, differing only in the particle
 update: deep ensemble (``de``, no repulsion), weight-space and function-space
 repulsive ensembles (``weight_rde``, ``function_rde``; D'Angelo & Fortuin
@@ -53,7 +53,7 @@ DATASETS = ("fashion_mnist", "cifar10_subset")
 PROFILES = {
     "smoke": dict(train_size=64, test_size=32, epochs=1, members=2, width=1, batch_size=32,
                   optimizer="adam", lr=3e-3, weight_decay=5e-4, severities=(1, 5)),
-    "cpu": dict(train_size=2000, test_size=1000, epochs=10, members=4, width=2, batch_size=64,
+    "cpu": dict(train_size=2000, test_size=1000, epochs=10, members=4, width=1, batch_size=64,
                 optimizer="adam", lr=3e-3, weight_decay=5e-4, severities=(1, 3, 5)),
     "paper": dict(train_size=None, test_size=None, epochs=300, members=10, width=8,
                   batch_size=128, optimizer="sgd", lr=0.1, weight_decay=5e-4,
@@ -70,7 +70,7 @@ def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, Ense
             test_size = None  # the offline subset has 761 test images: use them all
         config = EnsembleConfig(
             dataset=dataset, data_dir=args.data_dir, train_size=profile["train_size"],
-            test_size=test_size, paths=("conv",), group="trivial", width=profile["width"],
+            test_size=test_size, model="cnn", width=profile["width"],
             members=profile["members"], method=method, lengthscales=lengthscales,
             epochs=profile["epochs"], batch_size=profile["batch_size"],
             optimizer=profile["optimizer"], lr=profile["lr"],
@@ -142,7 +142,7 @@ def markdown(payload: dict) -> str:
     lines = [
         "# FoRDE: input-gradient repulsive ensembles vs deep and repulsive ensembles",
         "",
-        header_line(payload, "CNN members (ella mixer, CONV paths, trivial group)"),
+        header_line(payload, "plain CNN members (ella.models.cnn)"),
         "",
         "Ours: accuracy / NLL / ECE on the clean test set; corrupted: mean over 8 torch "
         f"corruptions at severities {payload['settings']['severities']} (not the published "
@@ -172,11 +172,11 @@ def notes(payload: dict) -> list[str]:
     """Measured facts that qualify the table at this profile."""
     s, rows = payload["settings"], payload["rows"]
     out = [
-        f"Budget: {s['members']} members, CNN width {s['width']}, {s['train_size'] or 'all'} "
-        f"training images, {s['epochs']} epochs, {s['optimizer']} lr {s['lr']}, weight decay "
-        f"{s['weight_decay']}, batch {s['batch_size']}, no training-time augmentation (the "
-        "paper: ResNet18, 300 epochs, crops and flips). Repulsion weight 1/batch_size as in "
-        "the FoRDE reference code; one seed.",
+        "Budget: {members} members, plain CNN width {width} (8w and 16w channels), {n} training "
+        "images, {epochs} epochs, {optimizer} lr {lr}, weight decay {weight_decay}, batch "
+        "{batch_size}, no training-time augmentation (the paper: ResNet18, 300 epochs, crops "
+        "and flips). Repulsion weight 1/batch_size as in the FoRDE reference code; one "
+        "seed.".format(n=s["train_size"] or "all", **s),
     ]
     by: dict[str, dict] = {}
     for r in rows:

@@ -6,8 +6,9 @@ orbit-same-predictions (OSP: how many ``g`` in ``G`` keep the class predicted
 for ``x``, 1..|G|) is measured on out-of-distribution inputs: MNIST test
 digits, standardised like FashionMNIST. Three models per group:
 
-* ``ensemble_da``: a deep ensemble of M CNNs (ella mixer, CONV paths, no
-  lifting: not equivariant by construction) trained with augmentation;
+* ``ensemble_da``: a deep ensemble of M plain CNNs (:func:`ella.models.cnn`:
+  two 5x5 conv + max-pool stages and a linear head, not equivariant by
+  construction) trained with augmentation;
 * ``single_da``: the same CNNs alone (each member of that ensemble is an
   independently initialised single model; OSP averaged over the members);
 * ``gconv``: one GCONV-only C4 mixer (exactly C4-invariant, the role E2CNN
@@ -16,7 +17,7 @@ digits, standardised like FashionMNIST. Three models per group:
 Two sweeps at C16: OSP of the ensemble of the first k members (k = 1..M), and
 of ensembles of different widths.
 
-    python -m benchmarks.osp --profile cpu     # about 12 minutes on 1 CPU thread
+    python -m benchmarks.osp --profile cpu     # about 15 minutes on 1 CPU thread
     python -m benchmarks.osp --profile paper   # full data, full-orbit augmentation (GPU)
 """
 
@@ -54,8 +55,8 @@ SWEEP_GROUP = "C16"
 PROFILES = {
     "smoke": dict(train_size=64, test_size=32, ood_size=16, epochs=1, members=2, width=1,
                   widths=(1,), gconv_width=1, batch_size=32, augment="sampled", lr=3e-3),
-    "cpu": dict(train_size=3000, test_size=1000, ood_size=1000, epochs=10, members=8, width=2,
-                widths=(1, 2, 4), gconv_width=2, batch_size=64, augment="sampled", lr=3e-3),
+    "cpu": dict(train_size=2000, test_size=1000, ood_size=1000, epochs=8, members=6, width=1,
+                widths=(1, 2, 4), gconv_width=1, batch_size=64, augment="sampled", lr=3e-3),
     "paper": dict(train_size=None, test_size=None, ood_size=None, epochs=30, members=10,
                   width=4, widths=(1, 2, 4, 8), gconv_width=4, batch_size=128,
                   augment="orbit", lr=1e-3),
@@ -78,7 +79,7 @@ def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, Ense
         batch_size=profile["batch_size"], lr=profile["lr"], seed=args.seed, progress=False,
         corruption_severities=(),
     )  # fmt: skip
-    cnn = dict(paths=("conv",), group="trivial", members=profile["members"])
+    cnn = dict(model="cnn", members=profile["members"])
     runs = []
     for group in GROUPS:
         runs.append(
@@ -91,7 +92,7 @@ def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, Ense
             (
                 {"kind": "gconv", "group": group, "width": profile["gconv_width"]},
                 EnsembleConfig(
-                    **common, paths=("gconv",), group="C4", members=1,
+                    **common, model="mixer", paths=("gconv",), group="C4", members=1,
                     width=profile["gconv_width"], augment_group=group,
                 ),
             )
