@@ -186,6 +186,14 @@ class LengthscaleMetric:
         order = eigenvalues.argsort(descending=True)
         return cls(eigenvectors[:, order].to(x.dtype), eigenvalues[order].to(x.dtype), alpha=alpha)
 
+    def to(self, device: torch.device | str) -> LengthscaleMetric:
+        """Move the eigenvectors and scales to ``device`` (in place); returns ``self``."""
+        if self.eigenvectors is not None:
+            self.eigenvectors = self.eigenvectors.to(device)
+        if self.scale is not None:
+            self.scale = self.scale.to(device)
+        return self
+
     def __call__(self, s: torch.Tensor) -> torch.Tensor:
         """Map (..., D) vectors to metric coordinates (..., D)."""
         if self.eigenvectors is None:

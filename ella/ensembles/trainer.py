@@ -209,10 +209,7 @@ class EnsembleTrainer:
         if cfg.method != "forde" or cfg.lengthscales == "identity":
             return None
         alpha = 1.0 if cfg.lengthscales == "pca" else cfg.alpha
-        metric = LengthscaleMetric.from_data(self.data.train.tensors[0], alpha=alpha)
-        metric.eigenvectors = metric.eigenvectors.to(self.device)
-        metric.scale = None if metric.scale is None else metric.scale.to(self.device)
-        return metric
+        return LengthscaleMetric.from_data(self.data.train.tensors[0], alpha=alpha).to(self.device)
 
     # ------------------------------------------------------------------ data
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
