@@ -226,6 +226,28 @@ class EnsembleTrainer:
             yield x.to(self.device), y.to(self.device)
 
     # ------------------------------------------------------------------ one step
+    def objective_terms(
+        self, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The three terms whose gradients make the particle update, and the logits.
+
+        Returns:
+            ``(terms, logits)``: ``terms["likelihood"]`` (sum over members of the mean
+            cross-entropy), ``terms["prior"]`` (the L2 term), ``terms["repulsion"]``
+            (``repulsion_scale * sum_i phi_i . force_i`` with the force detached, whose
+            gradient is the pulled-back WGD repulsion; absent for ``de``); logits (M, B, K).
+        """
+        cfg, m = self.config, len(self.ensemble)
+        logits, phi = member_features(cfg.method, self.ensemble, x, y, self.metric)
+        ce = F.cross_entropy(logits.flatten(0, 1), y.repeat(m), reduction="none")
+        terms = {"likelihood": ce.view(m, -1).mean(1).sum()}
+        if cfg.weight_decay > 0:
+            theta = self.ensemble.flat_parameters()
+            terms["prior"] = 0.5 * cfg.weight_decay * theta.square().sum()
+        if phi is not None:
+            terms["repulsion"] = self.repulsion_scale * (phi * repulsion_force(phi)).sum()
+        return terms, logits
+
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """The surrogate whose gradient is the particle update, and its parts.
 
@@ -233,20 +255,25 @@ class EnsembleTrainer:
             ``(surrogate, parts)``: ``surrogate.backward()`` leaves in every
             member's ``.grad`` the WGD direction of the module docstring.
         """
-        cfg, m = self.config, len(self.ensemble)
-        logits, phi = member_features(cfg.method, self.ensemble, x, y, self.metric)
-        ce = F.cross_entropy(logits.flatten(0, 1), y.repeat(m), reduction="none")
-        ce = ce.view(m, -1).mean(1)  # (M,)
-        surrogate = ce.sum()
-        if cfg.weight_decay > 0:
-            theta = self.ensemble.flat_parameters()
-            surrogate = surrogate + 0.5 * cfg.weight_decay * theta.square().sum()
-        parts = {"loss": float(ce.detach().mean())}
-        if phi is not None:
-            force = repulsion_force(phi)
-            surrogate = surrogate + self.repulsion_scale * (phi * force).sum()
-            parts["repulsion_norm"] = float(force.flatten(1).norm(dim=1).mean())
-        return surrogate, {**parts, "correct": int((logits.argmax(-1) == y).sum()) / m}
+        terms, logits = self.objective_terms(x, y)
+        m = len(self.ensemble)
+        parts = {
+            "loss": float(terms["likelihood"].detach()) / m,
+            "correct": int((logits.argmax(-1) == y).sum()) / m,
+        }
+        return sum(terms.values()), parts
+
+    def gradient_norms(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+        """Norm of each objective term's gradient over all members' weights (a diagnostic:
+        how strongly the repulsion acts next to the likelihood)."""
+        terms, _ = self.objective_terms(x, y)
+        params = list(self.ensemble.parameters())
+        norms = {}
+        for name, term in terms.items():
+            grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+            flat = [g.reshape(-1) for g in grads if g is not None]
+            norms[name] = float(torch.cat(flat).norm()) if flat else 0.0
+        return norms
 
     def train_epoch(self) -> dict[str, float]:
         cfg = self.config

@@ -217,3 +217,16 @@ def test_plain_baseline_members_from_the_configuration(model):
     assert not any("layer1" in n for n, _ in t.ensemble.template.named_parameters())
     t.run(evaluate=False)
     assert t.state.epoch == 1
+
+
+def test_gradient_norms_split_the_update_into_its_terms():
+    de = trainer(method="de")
+    x, y = next(de.batches(0))
+    assert set(de.gradient_norms(x, y)) == {"likelihood"}
+    t = trainer(method="forde", weight_decay=1e-3, repulsion_scale=0.5)
+    norms = t.gradient_norms(x, y)
+    assert set(norms) == {"likelihood", "prior", "repulsion"}
+    assert norms["repulsion"] > 0
+    half = trainer(method="forde", weight_decay=1e-3, repulsion_scale=0.25).gradient_norms(x, y)
+    assert half["repulsion"] == pytest.approx(norms["repulsion"] / 2, rel=1e-4)
+    assert half["likelihood"] == pytest.approx(norms["likelihood"], rel=1e-6)
