@@ -175,7 +175,8 @@ def notes(payload: dict) -> list[str]:
         "Budget: {members} members, plain CNN width {width} (8w and 16w channels), {n} training "
         "images, {epochs} epochs, {optimizer} lr {lr}, weight decay {weight_decay}, batch "
         "{batch_size}, no training-time augmentation (the paper: ResNet18, 300 epochs, crops "
-        "and flips). Repulsion weight 1/batch_size as in the FoRDE reference code; one "
+        "and flips). Repulsion weight 1/batch_size as in the FoRDE reference code (how "
+        "strongly that acts next to the likelihood: `repulsion.md`); one "
         "seed.".format(n=s["train_size"] or "all", **s),
     ]
     by: dict[str, dict] = {}
