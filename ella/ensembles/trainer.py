@@ -167,7 +167,7 @@ class EnsembleTrainer:
         out_dir: run directory (config.json, metrics.jsonl, checkpoint.pt,
             results.json); None: keep nothing on disk.
         model_fn: builds one member (any ``nn.Module`` mapping (B, C, H, W) to
-            logits (B, K)); default the ella mixer of ``config``. Called once per
+            logits (B, K)); default the network ``config.model`` names. Called once per
             member after ``torch.manual_seed(member seed)``.
         data: the data; default ``load_dataset`` of ``config``.
     """
