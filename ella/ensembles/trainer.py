@@ -49,7 +49,7 @@ from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_m
 from ella.groups import Group, get_group
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.models import BASELINE_MODELS, mixer
-from ella.train.loop import TrainingDivergedError, cosine_lr
+from ella.train.loop import TrainingDivergedError, begin_run, cosine_lr, epoch_bar
 
 __all__ = [
     "EnsembleTrainer",
@@ -339,21 +339,10 @@ class EnsembleTrainer:
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False, evaluate: bool = True) -> dict:
         """Train to the configured number of epochs; evaluate and write ``results.json``."""
-        if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            if resume:
-                self.load()
-            else:
-                save_json(self.config.to_dict(), self.out / "config.json")
+        begin_run(self.out, self.config, resume, self.load)
         start = time.perf_counter()
         cfg = self.config
-        bar = tqdm(
-            range(self.state.epoch, cfg.epochs),
-            initial=self.state.epoch,
-            total=cfg.epochs,
-            desc=f"{cfg.method} x{cfg.members}",
-            disable=not cfg.progress,
-        )
+        bar = epoch_bar(self.state.epoch, cfg.epochs, f"{cfg.method} x{cfg.members}", cfg.progress)
         for _ in bar:
             row = self.train_epoch()
             self.state.epoch += 1

@@ -61,6 +61,23 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
     ]
 
 
+def begin_run(out: Path | None, config, resume: bool, load: Callable[[], None]) -> None:
+    """Prepare a run directory: create it, then ``load()`` the checkpoint when resuming,
+    else write ``config.json``. Nothing happens for ``out=None`` (no run directory)."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    if resume:
+        load()
+    else:
+        save_json(config.to_dict(), out / "config.json")
+
+
+def epoch_bar(done: int, total: int, desc: str, progress: bool) -> tqdm:
+    """Progress bar over the epochs still to train (``done`` of ``total`` completed)."""
+    return tqdm(range(done, total), initial=done, total=total, desc=desc, disable=not progress)
+
+
 def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: int) -> nn.Module:
     """The configured network (without the invariance wrapper)."""
     if config.model in BASELINE_MODELS:
@@ -372,20 +389,10 @@ class Trainer:
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False) -> dict:
         """Train to the configured number of epochs and write ``results.json``."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        if resume:
-            self.load()
-        else:
-            save_json(self.config.to_dict(), self.out / "config.json")
+        begin_run(self.out, self.config, resume, self.load)
         start = time.perf_counter()
         cfg = self.config
-        bar = tqdm(
-            range(self.state.epoch, cfg.epochs),
-            initial=self.state.epoch,
-            total=cfg.epochs,
-            desc="epochs",
-            disable=not cfg.progress,
-        )
+        bar = epoch_bar(self.state.epoch, cfg.epochs, "epochs", cfg.progress)
         for _ in bar:
             row = self.train_epoch()
             self.state.epoch += 1
