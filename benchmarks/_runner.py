@@ -208,11 +208,25 @@ def run_or_load(
     args: argparse.Namespace, name: str, runs: list[tuple[dict, TrainConfig]], extra: dict
 ) -> dict:
     """Train ``runs`` and stamp the payload, or with ``--render-only`` load the saved one."""
+    settings = extra.pop("settings")
+
+    def produce() -> dict:
+        rows = run_all(runs, name.replace("table", "table "), partial_path(args, name))
+        return {**extra, "rows": rows}
+
+    return load_or_measure(args, name, settings, produce)
+
+
+def load_or_measure(
+    args: argparse.Namespace, name: str, settings: dict, measure: Callable[[], dict]
+) -> dict:
+    """With ``--render-only`` load ``results/NAME.json``; else time ``measure()`` (the
+    payload's own keys) and put the :func:`stamp` in front of what it returns."""
     if args.render_only:
         return json.loads((Path(args.results_dir) / f"{name}.json").read_text())
     start = time.time()
-    rows = run_all(runs, name.replace("table", "table "), partial_path(args, name))
-    return {**stamp(args, name, extra.pop("settings"), time.time() - start), **extra, "rows": rows}
+    measured = measure()
+    return {**stamp(args, name, settings, time.time() - start), **measured}
 
 
 def save_figure_atomic(fig, path) -> None:

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import time
-from pathlib import Path
 
 import torch
 
 from benchmarks._ensembles import run_ensembles
-from benchmarks._runner import common_arguments, header_line, partial_path, stamp, write
+from benchmarks._runner import (
+    common_arguments,
+    header_line,
+    load_or_measure,
+    partial_path,
+    write,
+)
 from ella.data.datasets import standardisation
 from ella.ensembles import (
     EnsembleConfig,
@@ -211,14 +214,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
-    if args.render_only:
-        payload = json.loads((Path(args.results_dir) / "fordes.json").read_text())
-    else:
-        start = time.time()
-        rows = run_ensembles(
-            build_runs(args, profile), measure, "fordes", partial_path(args, "fordes")
-        )
-        payload = {**stamp(args, "fordes", profile, time.time() - start), "rows": rows}
+    payload = load_or_measure(
+        args,
+        "fordes",
+        profile,
+        lambda: {
+            "rows": run_ensembles(
+                build_runs(args, profile), measure, "fordes", partial_path(args, "fordes")
+            )
+        },
+    )
     payload["claims"] = claims(payload["rows"])
     payload["notes"] = notes(payload)
     write(args, "fordes", payload, markdown(payload))

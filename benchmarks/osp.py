@@ -24,14 +24,17 @@ of ensembles of different widths.
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
 import torch
 
 from benchmarks._ensembles import run_ensembles
-from benchmarks._runner import common_arguments, header_line, partial_path, stamp, write
+from benchmarks._runner import (
+    common_arguments,
+    header_line,
+    load_or_measure,
+    partial_path,
+    write,
+)
 from ella.data import load_dataset
 from ella.data.datasets import standardisation
 from ella.ensembles import (
@@ -320,19 +323,15 @@ def main(argv=None) -> dict:
     common_arguments(parser, PROFILES)
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
-    if args.render_only:
-        payload = json.loads((Path(args.results_dir) / "osp.json").read_text())
-    else:
-        start = time.time()
+
+    def measure() -> dict:
         ood = ood_images(args.data_dir, profile["ood_size"])
         raw = run_ensembles(
             build_runs(args, profile), measurer(ood), "osp", partial_path(args, "osp")
         )
-        payload = {
-            **stamp(args, "osp", profile, time.time() - start),
-            "ood": f"MNIST test, first {len(ood)} images",
-            "raw": raw,
-        }
+        return {"ood": f"MNIST test, first {len(ood)} images", "raw": raw}
+
+    payload = load_or_measure(args, "osp", profile, measure)
     width = payload["settings"]["width"]
     rows, members, widths = contract_rows(payload["raw"], width)
     payload.update(rows=rows, members_sweep=members, width_sweep=widths)

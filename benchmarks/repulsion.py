@@ -20,11 +20,16 @@ import argparse
 import dataclasses
 import itertools
 import json
-import time
 from pathlib import Path
 
 from benchmarks._ensembles import run_ensembles
-from benchmarks._runner import common_arguments, header_line, partial_path, stamp, write
+from benchmarks._runner import (
+    common_arguments,
+    header_line,
+    load_or_measure,
+    partial_path,
+    write,
+)
 from benchmarks.fordes import DATASETS, METHODS, build_runs
 from benchmarks.fordes import PROFILES as FORDES_PROFILES
 from benchmarks.fordes import measure as fordes_measure
@@ -92,10 +97,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     args.methods = REPULSIVE
     profile = PROFILES[args.profile]
-    if args.render_only:
-        payload = json.loads((Path(args.results_dir) / "repulsion.json").read_text())
-    else:
-        start = time.time()
+
+    def produce() -> dict:
         runs = build_runs(args, {**profile, "epochs": profile["norm_epochs"]})
         initial = {}
         for labels, config in runs:  # the same members before training
@@ -122,11 +125,9 @@ def main(argv=None) -> dict:
                 sweep_runs.append(({**labels, "multiplier": multiplier}, scaled))
         sweep = run_ensembles(sweep_runs, fordes_measure, "repulsion x", partial.with_suffix(".x"))
         partial.with_suffix(".x").unlink(missing_ok=True)
-        payload = {
-            **stamp(args, "repulsion", profile, time.time() - start),
-            "rows": rows,
-            "sweep": sweep,
-        }
+        return {"rows": rows, "sweep": sweep}
+
+    payload = load_or_measure(args, "repulsion", profile, produce)
     lines = [
         "# Repulsion strength: norm of the repulsion gradient over norm of the likelihood gradient",
         "",
