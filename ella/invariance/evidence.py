@@ -105,6 +105,7 @@ class InvarianceEvidence:
                     ggn=self.ggn,
                     generator=generator,
                     create_graph=keep_graph,
+                    modules=self.blocks,
                 )
             if not keep_graph:
                 logits, a_b, g_b = logits.detach(), [a.detach() for a in a_b], g_b

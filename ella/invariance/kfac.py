@@ -121,6 +121,7 @@ def kron_factors(
     ggn: str = "exact",
     generator: torch.Generator | None = None,
     create_graph: bool = True,
+    modules: list[tuple[str, nn.Module]] | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
     """Unscaled Kronecker sums of one batch, differentiable in whatever ``forward`` depends on.
 
@@ -135,13 +136,14 @@ def kron_factors(
             (one sampled class, ``(e_y - p)(e_y - p)^T`` in expectation).
         generator: random generator for the MC class samples.
         create_graph: keep the graph for gradients of the factors.
+        modules: ``module_blocks(model)``, when the caller has it already.
 
     Returns:
         ``(logits, A_sums, G_sums)``: logits (n, K), per module
         ``sum a a^T / L`` and ``sum b b^T`` over this batch (not yet divided by
         the number of data points), in :func:`module_blocks` order.
     """
-    modules = module_blocks(model)
+    modules = module_blocks(model) if modules is None else modules
     records: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def hook(module, inputs, output):
