@@ -4,19 +4,26 @@ and ``ella demo``."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
-import types
-import typing
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from ella.choices import LayerGroup
+from ella.commandline import add_config_options, add_run_options, prepare_run, reports_errors
+from ella.ensembles.cli import add_ensemble_parser
+from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.models import mixer
+from ella.rundir import RESULTS, read_json
+from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
+
+THREADS_NOTE = (
+    "Threads: torch uses as many threads as CPUs are available to this process (its "
+    "affinity mask and cgroup CPU quota); set ELLA_THREADS (or OMP_NUM_THREADS) to choose."
+)
 
 PATH_SETS: dict[str, tuple[str, ...]] = {
     "FC": ("fc",),
@@ -62,105 +69,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _field_type(field: dataclasses.Field, config_cls: type = TrainConfig):
-    """(argparse type, nargs) for a field of a configuration dataclass."""
-    hint = typing.get_type_hints(config_cls)[field.name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = args[0]
-    if typing.get_origin(hint) is tuple:
-        return typing.get_args(hint)[0], field.metadata.get("nargs", "+")
-    return hint, None
-
-
-def add_train_options(
-    parser: argparse.ArgumentParser,
-    config_cls: type = TrainConfig,
-    help_texts: dict[str, str] = HELP,
-) -> None:
-    """One ``--option`` per field of ``config_cls`` (default :class:`~ella.train.TrainConfig`),
-    with its help text."""
-    defaults = config_cls()
-    for field in dataclasses.fields(config_cls):
-        flag = "--" + field.name.replace("_", "-")
-        default = getattr(defaults, field.name)
-        help_text = help_texts[field.name]
-        kind, nargs = _field_type(field, config_cls)
-        if kind is bool:
-            parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
-            )
-        else:
-            parser.add_argument(flag, type=kind, nargs=nargs, default=default, help=help_text)
-
-
-def config_from_args(args: argparse.Namespace, config_cls: type = TrainConfig):
-    """The ``config_cls`` instance the parsed options describe (lists become tuples)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
-    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-
-
-def prepare_run(args: argparse.Namespace, config_cls: type, prefix: str):
-    """Check ``--out``/``--resume``/``--overwrite`` and build the run's configuration.
-
-    When resuming, options left at their defaults take the run's saved values.
-
-    Returns:
-        ``(out, config)``, or an exit status (2) after printing why the run is refused.
-    """
-    if args.out is None:
-        if args.resume:
-            print("error: --resume needs --out RUN_DIR", file=sys.stderr)
-            return 2
-        args.out = time.strftime(f"runs/{prefix}-%Y%m%d-%H%M%S")
-    out = Path(args.out)
-    if not args.resume and (out / "checkpoint.pt").exists() and not args.overwrite:
-        print(
-            f"error: {out} already holds a run; use --resume to continue it, --overwrite to "
-            "start again, or another --out",
-            file=sys.stderr,
-        )
-        return 2
-    config = config_from_args(args, config_cls)
-    if args.resume and (out / "config.json").exists():
-        saved = config_cls.from_dict(json.loads((out / "config.json").read_text()))
-        defaults = config_cls()
-        for f in dataclasses.fields(config_cls):
-            if getattr(config, f.name) == getattr(defaults, f.name):
-                setattr(config, f.name, getattr(saved, f.name))
-    return out, config
-
-
+@reports_errors
 def cmd_train(args: argparse.Namespace) -> int:
     """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
-    from ella.data import DataFileError
-    from ella.train import Trainer, TrainingDivergedError
+    from ella.train import Trainer
 
-    try:
-        prepared = prepare_run(args, TrainConfig, "run")
-        if isinstance(prepared, int):
-            return prepared
-        out, config = prepared
-        results = Trainer(config, out).run(resume=args.resume)
-    except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    out, config = prepare_run(args, TrainConfig, "run")
+    results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
     print(results["table"])
     figures = [f.name for f in sorted(out.glob("*.png"))]
     print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
     return 0
 
 
+@reports_errors
 def cmd_report(args: argparse.Namespace) -> int:
     """Reprint the table and redraw the figure of a finished run."""
+    from ella.ensembles.cli import format_results
     from ella.report import format_table, save_eta_figure, save_figure
 
-    path = Path(args.run_dir) / "results.json"
+    run_dir = Path(args.run_dir)
+    path = run_dir / RESULTS
     if not path.is_file():
-        print(f"error: no results.json in {args.run_dir}; is the run finished?", file=sys.stderr)
-        return 1
-    results = json.loads(path.read_text())
-    print(format_table(results))
+        raise RunDirectoryError(f"no results.json in {run_dir}; is the run finished?")
+    results = read_json(path, "run's results")
+    if "members" in results and "method" in results:  # an ella ensemble run
+        if args.symmetry is not None:
+            raise ConfigError("--symmetry measures runs of ella train, not ensembles")
+        print(format_results(results))
+        return 0
+    if "effective_parameters" not in results:
+        raise CheckpointError(f"{path} is not the results file of an ella run")
+    try:
+        table = format_table(results)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path} is incomplete or from another version ({err!r})") from None
+    print(table)
     if results.get("effective_parameters"):
         print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
     if results.get("eta_history"):
@@ -175,21 +119,18 @@ def report_symmetry(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ella.data import DataFileError
     from ella.io import save_json
     from ella.metrics import measure_symmetry, plot_symmetry
     from ella.train.runs import load_run
 
-    try:
-        run = load_run(args.run_dir, args.data_dir)
-        x = run.data.test.tensors[0][: args.symmetry_images]
-        report = measure_symmetry(run.net, x, args.symmetry)
-        wrapped = None
-        if run.model is not run.net:  # outputs of the invariance-averaged classifier
-            wrapped = measure_symmetry(run.model, x, args.symmetry, layers={})
-    except (ValueError, FileNotFoundError, DataFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    if args.symmetry_images < 1:
+        raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")
+    run = load_run(args.run_dir, args.data_dir)
+    x = run.data.test.tensors[0][: args.symmetry_images]
+    report = measure_symmetry(run.net, x, args.symmetry)
+    wrapped = None
+    if run.model is not run.net:  # outputs of the invariance-averaged classifier
+        wrapped = measure_symmetry(run.model, x, args.symmetry, layers={})
     print(f"\n{run.config.dataset} test images, {run.state} weights")
     print(report.format_table())
     if wrapped is not None:
@@ -202,6 +143,7 @@ def report_symmetry(args: argparse.Namespace) -> int:
     return 0
 
 
+@reports_errors
 def cmd_download(args: argparse.Namespace) -> int:
     """Fetch original data files from their usual public sources (needs a network)."""
     from ella.data.files import SOURCES, DataFileError, data_root, download
@@ -224,7 +166,9 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ella", description="Learn layer-wise symmetry with relaxed-equivariant layers."
+        prog="ella",
+        description="Learn layer-wise symmetry with relaxed-equivariant layers.",
+        epilog=THREADS_NOTE,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
@@ -235,19 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         "report the effective parameters per layer and path.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    train.add_argument(
-        "--out",
-        default=None,
-        help="run directory (default: a new runs/run-YYYYmmdd-HHMMSS)",
-    )
-    train.add_argument("--resume", action="store_true", help="continue the run in --out")
-    train.add_argument(
-        "--overwrite", action="store_true", help="start again even if --out holds a run"
-    )
-    add_train_options(train)
+    add_run_options(train, "run")
+    add_config_options(train, TrainConfig, HELP)
     train.set_defaults(func=cmd_train)
-    from ella.ensembles.cli import add_ensemble_parser
-
     add_ensemble_parser(sub)
     dl = sub.add_parser(
         "download", help="download mnist, fashion_mnist or cifar10 (original files, verified)"
@@ -272,7 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="tour of the relaxed-equivariant layers")
     demo.add_argument("--image-size", type=int, default=32, help="image side (default 32)")
     demo.add_argument("--channels", type=int, default=1, help="image channels (default 1)")
-    demo.add_argument("--group", default="C4", help="trivial, C4 or D4 (default C4)")
+    demo.add_argument(
+        "--group",
+        default="C4",
+        choices=LayerGroup.values(),
+        help="group of the layers (default C4)",
+    )
     demo.add_argument("--width", type=int, default=2, help="channel multiplier (default 2)")
     demo.add_argument("--batch-size", type=int, default=128, help="batch size (default 128)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -282,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_threads()
     return args.func(args)
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "D4",
     "RotationGroup",
     "get_group",
+    "layer_group",
     "available_groups",
     "Action",
     "ACTIONS",
@@ -63,6 +64,9 @@ class Group(ABC):
     name: str = ""
     #: whether :meth:`act_on_image` needs square images.
     requires_square: bool = False
+    #: whether every element moves pixels exactly (no interpolation); ella's layers
+    #: accept only such groups (:func:`layer_group`).
+    exact: bool = True
 
     @property
     @abstractmethod
@@ -269,6 +273,7 @@ class RotationGroup(Group):
             raise ValueError(f"a rotation group needs n >= 1 elements, got {n}")
         self.n = int(n)
         self.name = f"C{self.n}"
+        self.exact = 4 % self.n == 0  # only multiples of 90 degrees
 
     @property
     def order(self) -> int:
@@ -332,6 +337,23 @@ def get_group(group: str | Group) -> Group:
         f"unknown group {group!r}; available groups: {', '.join(available_groups())}, "
         "or C<N> for N-fold interpolated rotations (e.g. C8, C16)"
     )
+
+
+def layer_group(group: str | Group) -> Group:
+    """The group for ella's layers (lifting, relaxed layers, pooling): exact groups only.
+
+    Interpolated rotation groups (``C8``, ``C16``, any ``C<N>`` with N not dividing 4)
+    move pixels only approximately, so a "GCONV-only" network over them would not
+    be invariant (a C8 mixer's invariance error is about 0.08); they are refused
+    here and remain available for augmentation and the symmetry metrics.
+    """
+    group = get_group(group)
+    if not group.exact:
+        raise ValueError(
+            f"ella's layers need a group that acts exactly on pixels (trivial, C4 or D4); "
+            f"{group.name} rotates by interpolation. Use it for augmentation or metrics only"
+        )
+    return group
 
 
 #: How a group acts on a tensor, by name: ``"image"`` on (B, C, H, W) batches,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tempfile
@@ -11,6 +10,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
+
+from ella.errors import CheckpointError
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -47,44 +48,30 @@ def save_jsonl(rows: list[dict], path: Path) -> None:
     save_text("".join(json.dumps(r) + "\n" for r in rows), path)
 
 
-class JsonConfig:
-    """``to_dict``/``from_dict`` for dataclass configurations saved as JSON.
-
-    Tuple fields become lists in the dict and lists become tuples again; unknown
-    keys are refused (a run directory from another version says so).
-    """
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-
-
-def load_checkpoint(path: Path, config: dict) -> dict:
+def load_checkpoint(path: Path, config) -> dict:
     """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
 
     Args:
         path: the checkpoint file (a dict with a ``"config"`` entry).
-        config: the resuming run's configuration as a dict.
+        config: the resuming run's configuration (a :class:`~ella.config.Config`); only
+            the options that define the run are compared (``data_dir``, ``device`` and
+            ``progress`` may differ).
 
     Raises:
-        FileNotFoundError: no checkpoint at ``path``.
-        ValueError: the saved configuration differs; the message names the keys.
+        CheckpointError: no checkpoint at ``path``, a corrupt one, or one whose saved
+            configuration differs; the message names the keys.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+        raise CheckpointError(f"--resume: no checkpoint at {path}")
     ckpt = load_torch(path)
-    if ckpt["config"] != config:
-        changed = sorted(k for k, v in ckpt["config"].items() if config.get(k) != v)
-        raise ValueError(
+    saved = ckpt.get("config") if isinstance(ckpt, dict) else None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
+    want = config.run_dict()
+    changed = sorted(k for k in want if saved.get(k) != want[k])
+    if changed:
+        raise CheckpointError(
             f"--resume: the configuration differs from the checkpoint's in {changed}; "
             "resume with the same options or start a new run directory"
         )
@@ -92,7 +79,18 @@ def load_checkpoint(path: Path, config: dict) -> dict:
 
 
 def load_torch(path: Path) -> Any:
+    """Load a checkpoint without executing code from it (``weights_only=True``: tensors,
+    and plain Python containers and numbers only).
+
+    Raises:
+        CheckpointError: the file is missing, truncated, corrupt, or holds objects
+            other than tensors and plain types (e.g. a crafted pickle).
+    """
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise RuntimeError(f"cannot read checkpoint {path}: {err}") from err
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt or unsafe files
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: it is corrupt, truncated or holds more than "
+            f"tensors and plain values ({first})"
+        ) from err

@@ -10,6 +10,7 @@ element ``g``, where each side's action is chosen by name:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -43,8 +44,10 @@ def equivariance_errors(
     """
     group = get_group(group)
     act_in, act_out = group_action(group, in_action), group_action(group, out_action)
-    fx = module(x)
     elements = group.elements if elements is None else list(elements)
+    if not elements:
+        raise ValueError("elements is empty; give at least one group element to check")
+    fx = module(x)
     return {g: float((module(act_in(g, x)) - act_out(g, fx)).abs().max()) for g in elements}
 
 
@@ -61,8 +64,12 @@ def assert_equivariant(
 ) -> dict[int, float]:
     """Assert ``f(g x) == g f(x)`` for every element, within ``atol + rtol * max|f(x)|``.
 
+    A deviation that is not finite (the module returned NaN or infinity) fails.
+
     Raises:
-        AssertionError: naming the worst element and its deviation.
+        AssertionError: naming the worst element and its deviation, or saying that
+            the output is not finite.
+        ValueError: ``elements`` is empty.
 
     Returns:
         The per-element deviations, as :func:`equivariance_errors`.
@@ -72,10 +79,19 @@ def assert_equivariant(
         module, group, x, in_action=in_action, out_action=out_action, elements=elements
     )
     with torch.no_grad():
-        scale = float(module(x).abs().max())
+        fx = module(x)
+    if not torch.isfinite(fx).all():
+        raise AssertionError(f"the module's output on x is not finite (NaN or inf): {fx}")
+    scale = float(fx.abs().max())
     tol = atol + rtol * scale
+    bad = {g: e for g, e in errors.items() if not math.isfinite(e)}
+    if bad:
+        raise AssertionError(
+            f"not equivariant under {group.name}: deviations are not finite for elements "
+            f"{sorted(bad)} (the module returns NaN or inf on transformed inputs)"
+        )
     worst = max(errors, key=errors.get)
-    if errors[worst] > tol:
+    if not errors[worst] <= tol:
         raise AssertionError(
             f"not equivariant under {group.name}: element {worst} deviates by "
             f"{errors[worst]:.3g} > tolerance {tol:.3g} (all: {errors})"

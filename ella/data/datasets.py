@@ -22,6 +22,7 @@ augmented: training-time augmentation is separate (:func:`ella.data.transforms.a
 
 from __future__ import annotations
 
+import io
 import pickle
 import tarfile
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from torch.utils.data import TensorDataset
 
 from ella.data import transforms as T
 from ella.data.files import DataFileError, data_root, read_idx, verified_path
+from ella.errors import InputDataError
 
 EMBEDDED_MNIST = "mnist_subset.npz"
 _IDX_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
@@ -58,6 +60,10 @@ class ImageData:
     test: TensorDataset
     num_classes: int
 
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            check_image_data(getattr(self, split), self.num_classes, f"{self.name} {split} set")
+
     @property
     def in_channels(self) -> int:
         return int(self.train.tensors[0].shape[1])
@@ -65,6 +71,40 @@ class ImageData:
     @property
     def image_size(self) -> int:
         return int(self.train.tensors[0].shape[-1])
+
+
+def check_image_data(data: TensorDataset, num_classes: int, what: str = "data") -> None:
+    """Refuse data that training would fail on later: images must be finite (N, C, H, W)
+    floats, labels integers in ``[0, num_classes)``, one label per image.
+
+    Raises:
+        InputDataError: naming the problem.
+    """
+    tensors = getattr(data, "tensors", None)
+    if tensors is None or len(tensors) != 2:
+        raise InputDataError(f"{what}: expected a TensorDataset(images, labels)")
+    x, y = tensors
+    if x.dim() != 4 or not x.is_floating_point():
+        raise InputDataError(
+            f"{what}: images must be a float tensor (N, C, H, W), got {x.dtype} {tuple(x.shape)}"
+        )
+    if len(x) == 0:
+        raise InputDataError(f"{what} is empty")
+    if not torch.isfinite(x).all():
+        raise InputDataError(f"{what}: the input data contains NaN or infinite values")
+    if y.dim() != 1 or len(y) != len(x):
+        raise InputDataError(f"{what}: expected one label per image, got labels {tuple(y.shape)}")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise InputDataError(
+            f"{what}: labels must be integers (torch.long), got {y.dtype}; convert them with "
+            "labels.long() if they are whole numbers"
+        )
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= num_classes:
+        raise InputDataError(
+            f"{what}: labels must be in [0, {num_classes - 1}] for {num_classes} classes, "
+            f"got values from {low} to {high}"
+        )
 
 
 def available_datasets() -> list[str]:
@@ -111,9 +151,27 @@ def load_idx_dataset(name: str, data_dir=None) -> Arrays:
     )
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """Reads a CIFAR-10 batch without running code: of all globals a pickle may name,
+    only numpy's array reconstruction is allowed (the batches hold a dict of bytes,
+    lists and one uint8 array)."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a data file")
+        return super().find_class(module, name)
+
+
 def _unpickle_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        batch = pickle.loads(data, encoding="bytes")
+        batch = _BatchUnpickler(io.BytesIO(data), encoding="bytes").load()
         images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
     except Exception as err:
@@ -126,12 +184,8 @@ def load_cifar10(data_dir=None) -> Arrays:
     root = data_root(data_dir)
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     folder = root / "cifar-10-batches-py"
-    if folder.is_dir():
-        raw = {}
-        for n in names:
-            if not (folder / n).is_file():
-                raise DataFileError(f"missing CIFAR-10 batch {folder / n}")
-            raw[n] = (folder / n).read_bytes()
+    if folder.is_dir():  # each batch md5-verified before it is parsed
+        raw = {n: verified_path(root, f"cifar-10-batches-py/{n}").read_bytes() for n in names}
     else:
         archive = verified_path(root, "cifar-10-python.tar.gz")
         with tarfile.open(archive, "r:gz") as tar:

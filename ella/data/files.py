@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ella.errors import EllaError
+
 #: md5 of the original files (identical on the usual mirrors).
 KNOWN_MD5: dict[str, str] = {
     "MNIST/raw/train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
@@ -26,6 +28,13 @@ KNOWN_MD5: dict[str, str] = {
     "FashionMNIST/raw/t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
     "FashionMNIST/raw/t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
     "cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a",
+    # the batches of the extracted archive (as torchvision also lists them)
+    "cifar-10-batches-py/data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "cifar-10-batches-py/data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "cifar-10-batches-py/data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "cifar-10-batches-py/data_batch_4": "634d18415352ddfa80567beed471001a",
+    "cifar-10-batches-py/data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "cifar-10-batches-py/test_batch": "40351d587109b95175f43aff81a1287e",
     "cifar10-subset/cifar10_subset.npz": "0a87453073352c45b0ed4967f381e3e2",
     "cifar10-subset/batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
@@ -56,7 +65,7 @@ SOURCES: dict[str, str] = {
 }
 
 
-class DataFileError(RuntimeError):
+class DataFileError(EllaError, RuntimeError):
     """A data file is missing, truncated or corrupt; the message says what to do."""
 
 

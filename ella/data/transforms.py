@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ella import geometry
+from ella.choices import Augmentation
 from ella.geometry import resample_affine
 from ella.groups import get_group
 
@@ -100,7 +101,7 @@ def random_scales(n: int, low: float, high: float, generator: torch.Generator) -
     return torch.exp(torch.empty(n).uniform_(math.log(low), math.log(high), generator=generator))
 
 
-AUGMENTATIONS = ("none", "c4", "d4", "rotate", "translate", "scale")
+AUGMENTATIONS = Augmentation.values()
 
 
 def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from ella.commandline import add_config_options, add_run_options, prepare_run, reports_errors
 from ella.ensembles.config import HELP, EnsembleConfig
 
 __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
@@ -42,22 +42,13 @@ def format_results(results: dict) -> str:
     return "\n".join(lines)
 
 
+@reports_errors
 def cmd_ensemble(args: argparse.Namespace) -> int:
     """Train and evaluate an ensemble as configured by the options."""
-    from ella.cli import prepare_run
-    from ella.data import DataFileError
     from ella.ensembles.trainer import EnsembleTrainer
-    from ella.train import TrainingDivergedError
 
-    try:
-        prepared = prepare_run(args, EnsembleConfig, "ensemble")
-        if isinstance(prepared, int):
-            return prepared
-        out, config = prepared
-        results = EnsembleTrainer(config, out).run(resume=args.resume)
-    except (ValueError, FileNotFoundError, DataFileError, TrainingDivergedError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    out, config = prepare_run(args, EnsembleConfig, "ensemble")
+    results = EnsembleTrainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
     print(format_results(results))
     print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
     return 0
@@ -65,8 +56,6 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
 
 def add_ensemble_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``ella ensemble`` (options generated from :class:`EnsembleConfig`)."""
-    from ella.cli import add_train_options
-
     parser = sub.add_parser(
         "ensemble",
         help="train and evaluate a deep / repulsive / FoRDE ensemble",
@@ -77,11 +66,7 @@ def add_ensemble_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "orbit-same-predictions.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--out", default=None, help="run directory (default: runs/ensemble-...)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="start again even if --out holds a run"
-    )
-    add_train_options(parser, EnsembleConfig, HELP)
+    add_run_options(parser, "ensemble")
+    add_config_options(parser, EnsembleConfig, HELP)
     parser.set_defaults(func=cmd_ensemble)
     return parser

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ella.io import JsonConfig
+from ella.choices import (
+    EnsembleMethod,
+    GroupAugmentation,
+    LayerGroup,
+    Lengthscales,
+    ModelName,
+    Optimizer,
+    PathName,
+)
+from ella.config import Config, option
+from ella.errors import ConfigError
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
-METHODS = ("de", "weight_rde", "function_rde", "forde")
+METHODS = EnsembleMethod.values()
 #: data augmentation by the group: none, the whole orbit of every image, or one sampled element
-AUGMENTATIONS = ("none", "orbit", "sampled")
+AUGMENTATIONS = GroupAugmentation.values()
 #: FoRDE lengthscales: identity, the training data's PCA, or the alpha-mix of both
-LENGTHSCALES = ("identity", "pca", "mix")
+LENGTHSCALES = Lengthscales.values()
 
 
 @dataclass
-class EnsembleConfig(JsonConfig):
+class EnsembleConfig(Config):
     """Everything that defines an ensemble training run.
 
     Members ``i = 0 .. members-1`` are initialised with seed ``init_seed + i``
@@ -33,39 +43,39 @@ class EnsembleConfig(JsonConfig):
 
     # data
     dataset: str = "mnist_subset"
-    data_dir: str | None = None
-    train_size: int | None = 1000
-    test_size: int | None = None
-    augment: str = "none"
+    data_dir: str | None = option(None, defines_run=False, path=True)
+    train_size: int | None = option(1000, minimum=1)
+    test_size: int | None = option(None, minimum=1)
+    augment: GroupAugmentation = GroupAugmentation.NONE
     augment_group: str = "C4"
     # model (use the Python API, EnsembleTrainer(model_fn=...), for any other nn.Module)
-    model: str = "cnn"
-    paths: tuple[str, ...] = ("gconv",)
-    group: str = "C4"
-    width: int = 2
+    model: ModelName = ModelName.CNN
+    paths: tuple[PathName, ...] = (PathName.GCONV,)
+    group: LayerGroup = LayerGroup.C4
+    width: int = option(2, minimum=1)
     # ensemble
-    members: int = 5
-    method: str = "de"
-    repulsion_scale: float | None = None
-    lengthscales: str = "identity"
-    alpha: float = 0.5
+    members: int = option(5, minimum=1)
+    method: EnsembleMethod = EnsembleMethod.DE
+    repulsion_scale: float | None = option(None, minimum=0)
+    lengthscales: Lengthscales = Lengthscales.IDENTITY
+    alpha: float = option(0.5, minimum=0, maximum=1)
     vectorize: bool = True
     # optimisation
-    epochs: int = 10
-    batch_size: int = 128
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    lr_min: float = 1e-6
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    epochs: int = option(10, minimum=1)
+    batch_size: int = option(128, minimum=1)
+    optimizer: Optimizer = Optimizer.ADAM
+    lr: float = option(1e-3, greater_than=0)
+    lr_min: float = option(1e-6, minimum=0)
+    momentum: float = option(0.9, minimum=0, maximum=1)
+    weight_decay: float = option(0.0, minimum=0)
     # evaluation
-    corruption_severities: tuple[int, ...] = field(default=(1, 3, 5), metadata={"nargs": "*"})
+    corruption_severities: tuple[int, ...] = option((1, 3, 5), nargs="*")
     osp_group: str | None = None
     # run
-    seed: int = 0
-    init_seed: int | None = None
-    device: str = "cpu"
-    progress: bool = True
+    seed: int = option(0, minimum=0)
+    init_seed: int | None = option(None, minimum=0)
+    device: str = option("cpu", defines_run=False)
+    progress: bool = option(True, defines_run=False)
 
     @property
     def member_seeds(self) -> list[int]:
@@ -73,44 +83,30 @@ class EnsembleConfig(JsonConfig):
         first = self.seed if self.init_seed is None else self.init_seed
         return [first + i for i in range(self.members)]
 
-    def validate(self) -> None:
-        """Raise ValueError for settings that cannot work, saying which and why."""
-        from ella.groups import get_group
-        from ella.models import BASELINE_MODELS
-
-        for name in ("epochs", "batch_size", "width", "members"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must not be negative, got {self.weight_decay}")
-        choices = {
-            "method": METHODS,
-            "augment": AUGMENTATIONS,
-            "lengthscales": LENGTHSCALES,
-            "optimizer": ("adam", "sgd"),
-            "model": ("mixer", *BASELINE_MODELS),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(allowed)}"
-                )
-        if self.method != "de" and self.members < 2:
-            raise ValueError(f"method {self.method} repels members and needs members >= 2")
-        if self.repulsion_scale is not None and self.repulsion_scale < 0:
-            raise ValueError(f"repulsion_scale must not be negative, got {self.repulsion_scale}")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
-        get_group(self.augment_group)
-        if self.osp_group is not None:
-            get_group(self.osp_group)
+    def check(self) -> None:
+        """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         from ella.data.corruptions import SEVERITIES
+        from ella.data.datasets import parse_name
+        from ella.groups import get_group
+        from ella.system import check_device_name
 
+        parse_name(self.dataset)
+        check_device_name(self.device)
+        if not self.paths:
+            raise ConfigError("paths must name at least one of fc, conv, gconv")
+        if self.lr_min > self.lr:
+            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+        if self.method != "de" and self.members < 2:
+            raise ConfigError(f"method {self.method} repels members and needs members >= 2")
+        for name in ("augment_group", "osp_group"):
+            if getattr(self, name) is not None:
+                try:
+                    get_group(getattr(self, name))
+                except ValueError as err:
+                    raise ConfigError(f"{name}: {err}") from None
         bad = [s for s in self.corruption_severities if s not in SEVERITIES]
         if bad:
-            raise ValueError(f"corruption severities must be in {SEVERITIES}, got {bad}")
+            raise ConfigError(f"corruption severities must be in {SEVERITIES}, got {bad}")
 
 
 #: Help text of every option of ``ella ensemble`` (a test checks none is missing).
@@ -120,13 +116,13 @@ HELP: dict[str, str] = {
     "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella",
     "train_size": "number of training images to use (the first N)",
     "test_size": "number of test images to use (default: all)",
-    "augment": "data augmentation by --augment-group: none, orbit (every image with all |G| "
+    "augment": "data augmentation by --augment-group: orbit (every image with all |G| "
     "transforms) or sampled (one random element per image and step)",
     "augment_group": "group of the augmentation: C4, D4 (exact) or C<N> (interpolated, e.g. C8)",
     "model": "member network: mixer (ella's relaxed layers; --paths, --group) or the plain "
     "baselines cnn or mlp (--width)",
-    "paths": "paths of every mixer layer: any of fc conv gconv (gconv only: exactly invariant)",
-    "group": "group the mixer lifts to: trivial, C4 or D4",
+    "paths": "paths of every mixer layer (gconv only: exactly invariant)",
+    "group": "group the mixer lifts to (exact pixel symmetries only)",
     "width": "channel multiplier (cnn: 8w and 16w channels; mixer: w x (1, 2, 2, 4, 4, 8, 8, 16))",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",
@@ -138,7 +134,7 @@ HELP: dict[str, str] = {
     "vectorize": "run members with torch.func.vmap (--no-vectorize: a loop, same results)",
     "epochs": "training epochs",
     "batch_size": "minibatch size (before orbit augmentation multiplies it by |G|)",
-    "optimizer": "adam or sgd (with --momentum)",
+    "optimizer": "optimizer of the weights (sgd uses --momentum)",
     "lr": "initial learning rate (cosine schedule)",
     "lr_min": "final learning rate of the cosine schedule",
     "momentum": "SGD momentum (ignored by adam)",
@@ -149,8 +145,8 @@ HELP: dict[str, str] = {
     "group (e.g. C4, C8)",
     "seed": "seed of the data order and augmentation (and of member 0 unless --init-seed)",
     "init_seed": "member i is initialised with seed init_seed + i (default: --seed)",
-    "device": "torch device, e.g. cpu or cuda",
-    "progress": "show progress bars",
+    "device": "torch device, e.g. cpu or cuda (may change on --resume)",
+    "progress": "show progress bars (may change on --resume)",
 }
 
 __all__ = ["AUGMENTATIONS", "HELP", "LENGTHSCALES", "METHODS", "EnsembleConfig"]

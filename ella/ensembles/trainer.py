@@ -46,10 +46,13 @@ from ella.ensembles.kernels import (
 )
 from ella.ensembles.members import Ensemble, init_members
 from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
+from ella.errors import TrainingDivergedError
 from ella.groups import Group, get_group
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.models import BASELINE_MODELS, mixer
-from ella.train.loop import TrainingDivergedError, begin_run, cosine_lr, epoch_bar
+from ella.rundir import CHECKPOINT, begin_run
+from ella.system import resolve_device
+from ella.train.loop import cosine_lr, epoch_bar
 
 __all__ = [
     "EnsembleTrainer",
@@ -57,8 +60,6 @@ __all__ = [
     "member_features",
     "train_ensemble",
 ]
-
-CHECKPOINT = "checkpoint.pt"
 
 
 def augment_with_group(
@@ -182,7 +183,7 @@ class EnsembleTrainer:
         config.validate()
         self.config = config
         self.out = Path(out_dir) if out_dir is not None else None
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
         self.data = data or load_dataset(
             config.dataset, config.data_dir, config.train_size, config.test_size
         )
@@ -331,15 +332,18 @@ class EnsembleTrainer:
     def load(self) -> None:
         if self.out is None:
             raise ValueError("resuming needs a run directory (out_dir)")
-        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config.to_dict())
+        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config)
         self.ensemble.load_member_state_dicts(ckpt["members"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = EnsembleState(**ckpt["state"])
 
     # ------------------------------------------------------------------ run
-    def run(self, resume: bool = False, evaluate: bool = True) -> dict:
-        """Train to the configured number of epochs; evaluate and write ``results.json``."""
-        begin_run(self.out, self.config, resume, self.load)
+    def run(self, resume: bool = False, evaluate: bool = True, overwrite: bool = False) -> dict:
+        """Train to the configured number of epochs; evaluate and write ``results.json``.
+
+        ``resume`` and ``overwrite`` as for :meth:`ella.train.Trainer.run`.
+        """
+        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
         start = time.perf_counter()
         cfg = self.config
         bar = epoch_bar(self.state.epoch, cfg.epochs, f"{cfg.method} x{cfg.members}", cfg.progress)

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from ella.choices import Generator
 from ella.geometry import resample_affine
 
 __all__ = [
@@ -47,14 +48,7 @@ __all__ = [
 ]
 
 #: The six affine generators, in the order of ``eta`` vectors.
-GENERATORS: tuple[str, ...] = (
-    "translate_x",
-    "translate_y",
-    "rotate",
-    "scale_x",
-    "scale_y",
-    "shear",
-)
+GENERATORS: tuple[str, ...] = Generator.values()
 
 #: Extents of the "full" augmentation baseline: shifts up to a quarter of the
 #: image, all rotations, scales and shears up to ``e^{0.5}`` (about 1.65).

@@ -17,27 +17,18 @@ each evaluation costs about a millisecond (Immer et al., ICML 2021, Sec. 4).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
-from enum import Enum
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from laplace import DiagLaplace, FullLaplace, KronLaplace
 from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 
+from ella.choices import GGN, Backend, HessianStructure
+from ella.errors import ConfigError, EllaError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.priors import PriorStructure
-
-
-class Backend(str, Enum):
-    ASDL = "asdl"
-    CURVLINOPS = "curvlinops"
-
-
-class HessianStructure(str, Enum):
-    KRON = "kron"
-    FULL = "full"
-    DIAG = "diag"
-
+from ella.system import available_memory, format_bytes
 
 _BACKENDS = {Backend.ASDL: AsdlGGN, Backend.CURVLINOPS: CurvlinopsGGN}
 _LAPLACE = {
@@ -48,12 +39,25 @@ _LAPLACE = {
 SUPPORTED_MODULES = (nn.Linear, nn.Conv2d)
 
 
-class UnsupportedModuleError(ValueError):
+class UnsupportedModuleError(EllaError, ValueError):
     """A parameter lives in a module the Kronecker-factored backends cannot handle."""
 
 
 def check_supported(model: nn.Module) -> None:
-    """Raise if a parameter is not the weight/bias of an ``nn.Linear`` or ``nn.Conv2d``."""
+    """Raise if a parameter is not the weight/bias of an ``nn.Linear`` or ``nn.Conv2d``,
+    or if a module has only some of its parameters frozen."""
+    partial = []
+    for name, m in model.named_modules():
+        own = dict(m.named_parameters(recurse=False))
+        if len({p.requires_grad for p in own.values()}) > 1:
+            frozen = ", ".join(n for n, p in own.items() if not p.requires_grad)
+            partial.append(f"{name or '<model>'} ({frozen} frozen)")
+    if partial:
+        raise UnsupportedModuleError(
+            "the Kronecker-factored evidence needs each module's weight and bias both trainable "
+            f"or both frozen; partly frozen: {', '.join(partial)}. Freeze the whole module "
+            "(module.requires_grad_(False)) or none of it."
+        )
     bad = [
         f"{name or '<model>'} ({type(m).__name__})"
         for name, m in model.named_modules()
@@ -68,12 +72,90 @@ def check_supported(model: nn.Module) -> None:
         )
 
 
-def _enum(cls, value, what):
+def hessian_bytes(model: nn.Module, structure: HessianStructure | str) -> int:
+    """Bytes of the Laplace Hessian of ``model``'s trainable parameters (float32 or the
+    parameters' dtype), including the eigendecomposition's copy.
+
+    ``full``: ``2 p^2`` entries; ``diag``: ``2 p``; ``kron``: twice the two factors of
+    every ``nn.Linear``/``nn.Conv2d`` (``out^2 + (in k^2 + 1)^2``).
+    """
+    structure = HessianStructure.parse(structure, "Hessian structure")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return 0
+    size = params[0].element_size()
+    p = sum(t.numel() for t in params)
+    if structure is HessianStructure.FULL:
+        return 2 * p * p * size
+    if structure is HessianStructure.DIAG:
+        return 2 * p * size
+    entries = 0
+    for m in model.modules():
+        if isinstance(m, SUPPORTED_MODULES) and m.weight.requires_grad:
+            out_features = m.weight.shape[0]
+            fan_in = m.weight[0].numel() + (m.bias is not None)
+            entries += out_features**2 + fan_in**2
+    return 2 * entries * size
+
+
+def check_memory(model: nn.Module, structure: HessianStructure | str) -> None:
+    """Refuse a Hessian that cannot fit in the memory available now, with the estimate."""
+    need, have = hessian_bytes(model, structure), available_memory()
+    if have is not None and need > have:
+        p = sum(t.numel() for t in model.parameters() if t.requires_grad)
+        raise ConfigError(
+            f"the {HessianStructure.parse(structure).value} Laplace Hessian of this model "
+            f"({p:,} parameters) needs about {format_bytes(need)}, but only "
+            f"{format_bytes(have)} of memory is available; use --hessian kron (or a smaller model)"
+        )
+
+
+@contextmanager
+def dependency_may_not_exit(what: str) -> Iterator[None]:
+    """Turn a dependency's ``exit()`` into an :class:`~ella.errors.EvidenceError`.
+
+    laplace-torch 0.3 calls ``exit()`` when an eigendecomposition does not converge
+    (``laplace.utils.symeig``); the process must not end without a word.
+    """
     try:
-        return cls(value)
-    except ValueError:
-        choices = ", ".join(v.value for v in cls)
-        raise ValueError(f"unknown {what} {value!r}; choose from {choices}") from None
+        yield
+    except SystemExit as err:
+        raise EvidenceError(
+            f"{what} failed: laplace-torch could not eigendecompose the curvature (it "
+            "tried to end the process); the curvature is probably not finite"
+        ) from err
+
+
+class _FiniteBatches:
+    """A loader's batches, refusing inputs or targets with NaN or infinite values; other
+    attributes (``dataset``, ``batch_size``) are the loader's, as laplace-torch reads them."""
+
+    def __init__(self, loader: Iterable):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator:
+        for batch in self.loader:
+            x, y = batch[0], batch[1]
+            if not torch.isfinite(x).all():
+                raise InputDataError("the input data contains NaN or infinite values")
+            if y.is_floating_point() and not torch.isfinite(y).all():
+                raise InputDataError("the targets contain NaN or infinite values")
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+
+def _check_finite_weights(model: nn.Module) -> None:
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise TrainingDivergedError(
+            f"the weights of {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} are not "
+            "finite (training diverged); the evidence cannot be fitted"
+        )
 
 
 class LaplaceEvidence:
@@ -110,14 +192,13 @@ class LaplaceEvidence:
         self.model = model
         self.prior = prior
         self.likelihood = likelihood
-        self.structure = _enum(HessianStructure, structure, "Hessian structure")
-        self.backend = _enum(Backend, backend, "curvature backend")
+        self.structure = HessianStructure.parse(structure, "Hessian structure")
+        self.backend = Backend.parse(backend, "curvature backend")
         self.sigma_noise = sigma_noise
-        if ggn not in ("exact", "mc"):
-            raise ValueError(f"unknown GGN type {ggn!r}; choose from exact, mc")
-        self.ggn = ggn
+        self.ggn = GGN.parse(ggn, "GGN type")
         if self.structure is HessianStructure.KRON:
             check_supported(model)
+        check_memory(model, self.structure)
         self._la = None
 
     @property
@@ -132,7 +213,14 @@ class LaplaceEvidence:
         return int(self.laplace.n_data)
 
     def fit(self, loader: Iterable, progress: bool = False) -> None:
-        """Fit the GGN over all batches of ``loader`` at the model's current weights."""
+        """Fit the GGN over all batches of ``loader`` at the model's current weights.
+
+        Raises:
+            TrainingDivergedError: the weights are not finite.
+            InputDataError: a batch holds NaN or infinite inputs.
+            EvidenceError: the curvature is not finite or cannot be decomposed.
+        """
+        _check_finite_weights(self.model)
         cls = _LAPLACE[self.structure]
         la = cls(
             self.model,
@@ -145,7 +233,9 @@ class LaplaceEvidence:
         with warnings.catch_warnings():
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
-            la.fit(loader, progress_bar=progress)
+            with dependency_may_not_exit("the Laplace fit"):
+                la.fit(_FiniteBatches(loader), progress_bar=progress)
+        self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
             blocks = len(la.H_facs.kfacs)
             if blocks != self.prior.n_tensors:
@@ -156,11 +246,23 @@ class LaplaceEvidence:
                 )
         self._la = la
 
+    def _check_finite_curvature(self, la) -> None:
+        if self.structure is HessianStructure.KRON:
+            factors = [f for block in la.H_facs.kfacs for f in block]
+        else:
+            factors = [la.H]
+        if not all(torch.isfinite(f).all() for f in factors):
+            raise EvidenceError(
+                "the GGN of the model is not finite at these weights (overflow); the evidence "
+                "cannot be computed. Training probably diverged: try a smaller --lr"
+            )
+
     def log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
         """Laplace log evidence for per-group log precisions (n_groups,); differentiable."""
         la = self.laplace
         precision = self.prior.expand(log_prior_precision.exp()).to(la._dtype)
-        return la.log_marginal_likelihood(prior_precision=precision)
+        with dependency_may_not_exit("the log marginal likelihood"):
+            return la.log_marginal_likelihood(prior_precision=precision)
 
     @torch.no_grad()
     def block_eigenvalues(self) -> list[torch.Tensor]:

@@ -18,18 +18,11 @@ Structures (:class:`PriorMode`):
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 from torch import nn
 
+from ella.choices import PriorMode
 from ella.nn import RelaxedLayer
-
-
-class PriorMode(str, Enum):
-    LAYER_PATH = "layer_path"
-    TENSOR = "tensor"
-    SCALAR = "scalar"
 
 
 def _relaxed_layers(model: nn.Module) -> dict[str, RelaxedLayer]:
@@ -62,11 +55,7 @@ class PriorStructure:
     """
 
     def __init__(self, model: nn.Module, mode: PriorMode | str = PriorMode.LAYER_PATH):
-        try:
-            self.mode = PriorMode(mode)
-        except ValueError:
-            choices = ", ".join(m.value for m in PriorMode)
-            raise ValueError(f"unknown prior structure {mode!r}; choose from {choices}") from None
+        self.mode = PriorMode.parse(mode, "prior structure")
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
         if not self.param_names:
             raise ValueError("the model has no trainable parameters")

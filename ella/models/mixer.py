@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.groups import Group, get_group
+from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
 from ella.nn.paths import FCMode, GConvMode
@@ -94,7 +94,7 @@ class Mixer(nn.Module):
             )
         if not blocks:
             raise ValueError("a mixer needs at least one block")
-        self.group = get_group(group)
+        self.group = layer_group(group)
         self.in_channels = in_channels
         self.num_classes = num_classes
         self.image_size = as_size(image_size)
@@ -135,6 +135,8 @@ class Mixer(nn.Module):
     def check_input(self, x: torch.Tensor) -> None:
         if x.dim() != 4:
             raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
+        if x.shape[0] == 0:
+            raise ValueError("the batch is empty (0 images); pass at least one image")
         if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"this mixer was built for {self.in_channels} input channel(s), got {x.shape[1]}"

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ella.groups import Group, get_group
+from ella.groups import Group, layer_group
 
 
 class Lift(nn.Module):
@@ -24,7 +24,7 @@ class Lift(nn.Module):
 
     def __init__(self, group: str | Group = "C4", in_channels: int | None = None):
         super().__init__()
-        self.group = get_group(group)
+        self.group = layer_group(group)
         self.in_channels = in_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -52,7 +52,7 @@ class GroupPool(nn.Module):
         super().__init__()
         if mode not in ("max", "mean"):
             raise ValueError(f"GroupPool mode must be 'max' or 'mean', got {mode!r}")
-        self.group = get_group(group)
+        self.group = layer_group(group)
         self.mode = mode
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ella.groups import Group, get_group
+from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.downsample import polyphase_downsample
 
@@ -54,7 +54,7 @@ class Path(nn.Module):
             )
         if stride not in (1, 2):
             raise ValueError(f"stride must be 1 or 2, got {stride}")
-        self.group = get_group(group)
+        self.group = layer_group(group)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.in_size = as_size(image_size)

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ella.groups import Group, get_group
+from ella.choices import PathName
+from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.paths import ConvPath, FCMode, FCPath, GConvMode, GConvPath
 
 #: Path names, in the order a layer holds them.
-PATH_NAMES: tuple[str, ...] = ("fc", "conv", "gconv")
+PATH_NAMES: tuple[str, ...] = PathName.values()
 
 
 def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
@@ -75,7 +76,7 @@ class RelaxedLayer(nn.Module):
         activation: bool = True,
     ):
         super().__init__()
-        self.group = get_group(group)
+        self.group = layer_group(group)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.in_size = as_size(image_size)

@@ -4,19 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ella.invariance.affine import GENERATORS
-from ella.io import JsonConfig
-from ella.nn import PATH_NAMES
+from ella.choices import (
+    GGN,
+    Augmentation,
+    Backend,
+    FCMode,
+    GConvMode,
+    Generator,
+    HessianStructure,
+    InvarianceMethod,
+    LayerGroup,
+    ModelName,
+    Optimizer,
+    PathName,
+    PriorMode,
+)
+from ella.config import Config, option
+from ella.errors import ConfigError
 
 #: Network architectures ``build_model`` knows.
-MODELS = ("mixer", "mlp", "cnn")
+MODELS = ModelName.values()
 #: Input-invariance methods: none, fixed full augmentation, learned by marginal
 #: likelihood (LILA), learned by Augerino's regularised loss.
-INVARIANCE_METHODS = ("none", "full", "learned", "augerino")
+INVARIANCE_METHODS = InvarianceMethod.values()
 
 
 @dataclass
-class TrainConfig(JsonConfig):
+class TrainConfig(Config):
     """Everything that defines a training run.
 
     MAP training and learned-prior (ELLA) training are the same loop; with
@@ -46,96 +60,77 @@ class TrainConfig(JsonConfig):
     :class:`~ella.invariance.InvariantClassifier` and learns the extents
     ``eta`` of the affine generators by the Laplace evidence in the same
     evidence steps, jointly with the priors when ``learn_priors`` is on.
+
+    Every option is checked when the configuration is built (choices, ranges,
+    finiteness; :class:`~ella.config.Config`); ``data_dir``, ``device`` and
+    ``progress`` do not define the run and may change on ``--resume``.
     """
 
     # data
     dataset: str = "mnist_subset"
-    data_dir: str | None = None
-    train_size: int | None = 1000
-    test_size: int | None = None
-    augment: str = "none"
+    data_dir: str | None = option(None, defines_run=False, path=True)
+    train_size: int | None = option(1000, minimum=1)
+    test_size: int | None = option(None, minimum=1)
+    augment: Augmentation = Augmentation.NONE
     # model
-    paths: tuple[str, ...] = PATH_NAMES
-    group: str = "C4"
-    width: int = 2
-    gconv_mode: str = "full"
-    fc_mode: str = "factorized"
-    model: str = "mixer"
+    paths: tuple[PathName, ...] = tuple(PathName)
+    group: LayerGroup = LayerGroup.C4
+    width: int = option(2, minimum=1)
+    gconv_mode: GConvMode = GConvMode.FULL
+    fc_mode: FCMode = FCMode.FACTORIZED
+    model: ModelName = ModelName.MIXER
     # learned input invariance
-    invariance: str = "none"
-    generators: tuple[str, ...] = GENERATORS
-    invariance_samples: int = 8
-    invariance_eval_samples: int = 16
-    eta_init: float = 0.1
-    lr_eta: float = 0.05
-    augerino_reg: float = 0.01
-    invariance_marglik_size: int = 1000
+    invariance: InvarianceMethod = InvarianceMethod.NONE
+    generators: tuple[Generator, ...] = tuple(Generator)
+    invariance_samples: int = option(8, minimum=1)
+    invariance_eval_samples: int = option(16, minimum=1)
+    eta_init: float = option(0.1, minimum=0)
+    lr_eta: float = option(0.05, greater_than=0)
+    augerino_reg: float = option(0.01, minimum=0)
+    invariance_marglik_size: int = option(1000, minimum=1)
     # MAP optimisation
-    epochs: int = 10
-    batch_size: int = 128
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    lr_min: float = 1e-6
-    momentum: float = 0.9
+    epochs: int = option(10, minimum=1)
+    batch_size: int = option(128, minimum=1)
+    optimizer: Optimizer = Optimizer.ADAM
+    lr: float = option(1e-3, greater_than=0)
+    lr_min: float = option(1e-6, minimum=0)
+    momentum: float = option(0.9, minimum=0, maximum=1)
     # marginal likelihood
     learn_priors: bool = True
-    prior_structure: str = "layer_path"
-    prior_precision: float = 0.01
-    n_epochs_burnin: int = 4
-    marglik_frequency: int = 3
-    n_hypersteps: int = 20
-    lr_hyp: float = 0.1
-    marglik_batch_size: int = 500
-    backend: str = "asdl"
-    hessian: str = "kron"
-    ggn: str = "exact"
+    prior_structure: PriorMode = PriorMode.LAYER_PATH
+    prior_precision: float = option(0.01, greater_than=0)
+    n_epochs_burnin: int = option(4, minimum=0)
+    marglik_frequency: int = option(3, minimum=1)
+    n_hypersteps: int = option(20, minimum=0)
+    lr_hyp: float = option(0.1, greater_than=0)
+    marglik_batch_size: int = option(500, minimum=1)
+    backend: Backend = Backend.ASDL
+    hessian: HessianStructure = HessianStructure.KRON
+    ggn: GGN = GGN.EXACT
     # run
-    seed: int = 0
-    device: str = "cpu"
-    progress: bool = True
+    seed: int = option(0, minimum=0)
+    device: str = option("cpu", defines_run=False)
+    progress: bool = option(True, defines_run=False)
 
-    def validate(self) -> None:
-        """Raise ValueError for settings that cannot work, saying which and why."""
-        positive = (
-            "epochs",
-            "batch_size",
-            "width",
-            "marglik_batch_size",
-            "marglik_frequency",
-            "invariance_samples",
-            "invariance_eval_samples",
-            "invariance_marglik_size",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("lr", "prior_precision", "lr_hyp"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        from ella.data.transforms import AUGMENTATIONS
+    def check(self) -> None:
+        """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
+        from ella.data.datasets import parse_name
+        from ella.system import check_device_name
 
-        if self.augment not in AUGMENTATIONS:
-            raise ValueError(
-                f"unknown augmentation {self.augment!r}; choose from {', '.join(AUGMENTATIONS)}"
-            )
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be sgd or adam, got {self.optimizer!r}")
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
-        if self.invariance not in INVARIANCE_METHODS:
-            raise ValueError(
-                f"unknown invariance method {self.invariance!r}; choose from "
-                f"{', '.join(INVARIANCE_METHODS)}"
-            )
+        parse_name(self.dataset)
+        check_device_name(self.device)
+        if not self.paths:
+            raise ConfigError("paths must name at least one of fc, conv, gconv")
+        if len(set(self.paths)) != len(self.paths):
+            raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
+        if not self.generators:
+            raise ConfigError("generators must name at least one generator")
+        if self.lr_min > self.lr:
+            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         if self.invariance != "none" and self.augment != "none":
-            raise ValueError("use either --augment or --invariance, not both")
-        from ella.invariance.affine import generator_indices
-
-        generator_indices(list(self.generators))
+            raise ConfigError("use either --augment or --invariance, not both")
         if self.invariance == "learned" and self.hessian != "kron":
-            raise ValueError("learned invariance needs --hessian kron")
-        if self.n_hypersteps < 0 or self.n_epochs_burnin < 0:
-            raise ValueError("n_hypersteps and n_epochs_burnin must not be negative")
+            raise ConfigError("learned invariance needs --hessian kron")
 
 
 #: Help text of every option of ``ella train`` (a test checks none is missing).
@@ -143,19 +138,21 @@ HELP: dict[str, str] = {
     "dataset": "data set: [variant_]base, base one of mnist_subset (embedded), mnist, "
     "fashion_mnist, cifar10, cifar10_subset; variant one of rotated, translated, scaled, c4, "
     "d4, quadrant, quadrant40 (e.g. rotated_mnist)",
-    "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella",
+    "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella (stored "
+    "as an absolute path; may change on --resume)",
     "train_size": "number of training images to use (the first N)",
     "test_size": "number of test images to use (default: all)",
-    "augment": "training-time augmentation per image: none, c4, d4, rotate, translate, scale",
-    "paths": "paths of every layer: any of fc conv gconv",
-    "group": "group the input is lifted to: trivial, C4 or D4",
+    "augment": "training-time augmentation per image (the test set is never augmented)",
+    "paths": "paths of every layer (one or more)",
+    "group": "group the input is lifted to (exact pixel symmetries only; interpolated C<N> "
+    "groups are for augmentation and metrics)",
     "width": "channel multiplier of the mixer",
-    "gconv_mode": "GCONV path: full (group convolution) or shared (one filter per copy)",
-    "fc_mode": "FC path: factorized or dense",
+    "gconv_mode": "GCONV path: full (regular group convolution) or shared (one filter per copy)",
+    "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
     "(fixed full ranges), learned (extents by marginal likelihood) or augerino",
-    "generators": "affine generators to use: any of " + " ".join(GENERATORS),
+    "generators": "affine generators to use (one or more)",
     "invariance_samples": "transformation samples per image in training and the evidence",
     "invariance_eval_samples": "transformation samples per image at test time",
     "eta_init": "initial extent of every generator (learned, augerino); translations in half "
@@ -165,24 +162,26 @@ HELP: dict[str, str] = {
     "invariance_marglik_size": "training images (the first N) in each evidence step for eta",
     "epochs": "training epochs",
     "batch_size": "minibatch size for the weights",
-    "optimizer": "optimizer of the weights: adam or sgd (with --momentum)",
+    "optimizer": "optimizer of the weights (sgd uses --momentum)",
     "lr": "initial learning rate of the weights (cosine schedule)",
-    "lr_min": "final learning rate of the cosine schedule",
-    "momentum": "SGD momentum (ignored by adam)",
+    "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
+    "momentum": "SGD momentum in [0, 1] (ignored by adam)",
     "learn_priors": "learn the prior precisions by marginal likelihood (--no-learn-priors: MAP)",
-    "prior_structure": "prior groups: layer_path (one per layer and path), tensor or scalar",
+    "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
+    "parameter tensor) or scalar (one in all)",
     "prior_precision": "initial prior precision of every group",
     "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
     "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
     "n_hypersteps": "Adam steps on the prior precisions per evidence fit",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "marglik_batch_size": "batch size of the evidence fit",
-    "backend": "curvature backend: asdl or curvlinops",
-    "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models",
+    "backend": "curvature backend of the Laplace evidence",
+    "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
+    "cannot fit in memory is refused before training)",
     "ggn": "GGN: exact (one backward pass per class) or mc (one sampled class, faster)",
     "seed": "random seed (initialisation and data order)",
-    "device": "torch device, e.g. cpu or cuda",
-    "progress": "show progress bars",
+    "device": "torch device, e.g. cpu or cuda (may change on --resume)",
+    "progress": "show progress bars (may change on --resume)",
 }
 
 __all__ = ["HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]

@@ -30,18 +30,16 @@ from tqdm.auto import tqdm
 
 from ella.data import load_dataset
 from ella.data.transforms import augment
+from ella.errors import EvidenceError, InputDataError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik.evidence import check_memory
 from ella.models import BASELINE_MODELS, mixer
+from ella.rundir import CHECKPOINT, begin_run
+from ella.system import resolve_device
 from ella.train.config import TrainConfig
-
-CHECKPOINT = "checkpoint.pt"
-
-
-class TrainingDivergedError(RuntimeError):
-    """The loss or the evidence stopped being finite."""
 
 
 def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
@@ -59,18 +57,6 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
         for e in range(1, config.epochs + 1)
         if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
     ]
-
-
-def begin_run(out: Path | None, config, resume: bool, load: Callable[[], None]) -> None:
-    """Prepare a run directory: create it, then ``load()`` the checkpoint when resuming,
-    else write ``config.json``. Nothing happens for ``out=None`` (no run directory)."""
-    if out is None:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    if resume:
-        load()
-    else:
-        save_json(config.to_dict(), out / "config.json")
 
 
 def epoch_bar(done: int, total: int, desc: str, progress: bool) -> tqdm:
@@ -141,7 +127,7 @@ class Trainer:
         self.config = config
         self.out = Path(out_dir)
         self.on_epoch_end = on_epoch_end
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)
         self.data = load_dataset(
             config.dataset, config.data_dir, config.train_size, config.test_size
@@ -151,6 +137,8 @@ class Trainer:
         ).to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.prior = PriorStructure(self.net, config.prior_structure)
+        if config.learn_priors or config.invariance == "learned":
+            check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
         self.log_prior = torch.full(
             (self.prior.n_groups,), math.log(config.prior_precision), device=self.device
         ).requires_grad_()
@@ -231,7 +219,7 @@ class Trainer:
         save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
 
     def load(self) -> None:
-        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config.to_dict())
+        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
@@ -266,6 +254,8 @@ class Trainer:
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
             if not torch.isfinite(loss):
+                if not torch.isfinite(x).all():
+                    raise InputDataError("the input data contains NaN or infinite values")
                 raise TrainingDivergedError(
                     f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
                     f"step {self.state.step + 1}; the last good checkpoint is kept at "
@@ -359,6 +349,14 @@ class Trainer:
 
     def hyper_steps(self) -> float:
         """Fit the evidence once and take the Adam steps; return the final log evidence."""
+        try:
+            return self._hyper_steps()
+        except EvidenceError as err:
+            raise TrainingDivergedError(
+                f"{err}; the last good checkpoint is kept at {self.out / CHECKPOINT}"
+            ) from err
+
+    def _hyper_steps(self) -> float:
         if self.invariant:
             return self.invariance_hyper_steps()
         evidence = self.fit_evidence()
@@ -374,6 +372,16 @@ class Trainer:
         self._last_evidence = (self.state.epoch, evidence, float(value))
         return float(value)
 
+    def check_finite_weights(self) -> None:
+        """Refuse to save or use weights that stopped being finite (a diverged step)."""
+        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise TrainingDivergedError(
+                f"the weights became non-finite ({', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}) in epoch {self.state.epoch}; the last good "
+                f"checkpoint is kept at {self.out / CHECKPOINT}. Try a smaller --lr."
+            )
+
     def _check_evidence(self, value: torch.Tensor) -> None:
         if not torch.isfinite(value):
             raise TrainingDivergedError(
@@ -387,9 +395,15 @@ class Trainer:
         return self.state.epoch in evidence_epochs(self.config)
 
     # ------------------------------------------------------------------ run
-    def run(self, resume: bool = False) -> dict:
-        """Train to the configured number of epochs and write ``results.json``."""
-        begin_run(self.out, self.config, resume, self.load)
+    def run(self, resume: bool = False, overwrite: bool = False) -> dict:
+        """Train to the configured number of epochs and write ``results.json``.
+
+        Args:
+            resume: continue the run in the run directory from its checkpoint.
+            overwrite: start again in a directory that holds a run (its outputs are
+                removed first); without it such a directory is refused.
+        """
+        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
         start = time.perf_counter()
         cfg = self.config
         bar = epoch_bar(self.state.epoch, cfg.epochs, "epochs", cfg.progress)
@@ -397,6 +411,7 @@ class Trainer:
             row = self.train_epoch()
             self.state.epoch += 1
             row["epoch"] = self.state.epoch
+            self.check_finite_weights()
             if self.evidence_due():
                 value = self.hyper_steps()
                 self.state.marglik.append(value)
@@ -488,9 +503,11 @@ class Trainer:
         return results
 
 
-def train(config: TrainConfig, out_dir: str | Path, resume: bool = False) -> dict:
+def train(
+    config: TrainConfig, out_dir: str | Path, resume: bool = False, overwrite: bool = False
+) -> dict:
     """Train as configured into ``out_dir``; returns the contents of ``results.json``."""
-    return Trainer(config, out_dir).run(resume=resume)
+    return Trainer(config, out_dir).run(resume=resume, overwrite=overwrite)
 
 
 __all__ = [

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from torch import nn
 
 from ella.data import ImageData
+from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
+from ella.rundir import CHECKPOINT, CONFIG, read_json
 from ella.train.config import TrainConfig
-from ella.train.loop import CHECKPOINT, Trainer
+from ella.train.loop import Trainer
 
 
 @dataclass
@@ -45,19 +46,34 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
         data_dir: where the data files are, if not where the run found them.
 
     Raises:
-        FileNotFoundError: naming the missing file.
+        RunDirectoryError: naming the missing file, or an ensemble run.
+        CheckpointError: a corrupt configuration or checkpoint.
     """
     run_dir = Path(run_dir)
-    for name in ("config.json", CHECKPOINT):
+    for name in (CONFIG, CHECKPOINT):
         if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"no {name} in {run_dir}; is it a run directory of ella train?")
-    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+            raise RunDirectoryError(f"no {name} in {run_dir}; is it a run directory of ella train?")
+    path = run_dir / CONFIG
+    saved = read_json(path, "run's configuration")
+    if "members" in saved:
+        raise RunDirectoryError(f"{run_dir} is an ensemble run; this needs a run of ella train")
+    try:
+        config = TrainConfig.from_dict(saved)
+    except ConfigError as err:
+        raise CheckpointError(f"{path} is not a valid configuration: {err}") from None
+    # analysis runs on the CPU from wherever the data now is
+    config = dataclasses.replace(config, device="cpu", progress=False)
     if data_dir is not None:
         config = dataclasses.replace(config, data_dir=str(data_dir))
+    checkpoint = load_torch(run_dir / CHECKPOINT)  # before any work: refuses a corrupt file
     trainer = Trainer(config, run_dir)  # builds data and model as training did (seeds torch)
-    checkpoint = load_torch(run_dir / CHECKPOINT)
-    best = checkpoint["state"].get("best")
-    trainer.model.load_state_dict(best["model"] if best is not None else checkpoint["model"])
+    try:
+        best = checkpoint["state"].get("best")
+        trainer.model.load_state_dict(best["model"] if best is not None else checkpoint["model"])
+    except (KeyError, TypeError, AttributeError, RuntimeError) as err:
+        raise CheckpointError(
+            f"{run_dir / CHECKPOINT} does not hold this run's weights ({err})"
+        ) from None
     return TrainedRun(
         config=config,
         model=trainer.model.eval(),

@@ -95,11 +95,23 @@ def fake_cifar_archive(path, n=4, corrupt=None):
             tar.addfile(info, io.BytesIO(data))
 
 
-def test_cifar_batches_folder(tmp_path):
+def trust_extracted_batches(tmp_path, monkeypatch):
+    """Register the fake batches' md5 as the known ones (the originals are not available
+    here), so that the folder route's parsing is tested after its checksum step."""
+    from ella.data import files
+
+    known = dict(files.KNOWN_MD5)
+    for path in (tmp_path / "cifar-10-batches-py").iterdir():
+        known[f"cifar-10-batches-py/{path.name}"] = files.md5(path)
+    monkeypatch.setattr(files, "KNOWN_MD5", known)
+
+
+def test_cifar_batches_folder(tmp_path, monkeypatch):
     archive = tmp_path / "src.tar.gz"
     fake_cifar_archive(archive)
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path, filter="data")
+    trust_extracted_batches(tmp_path, monkeypatch)
     x_train, y_train, x_test, y_test = load_cifar10(tmp_path)
     assert x_train.shape == (20, 3, 32, 32) and x_test.shape == (4, 3, 32, 32)
     assert set(y_train.tolist()) == {1}
@@ -111,11 +123,21 @@ def test_cifar_archive_is_checksummed(tmp_path):
         load_cifar10(tmp_path)
 
 
-def test_truncated_cifar_batch_is_reported(tmp_path):
+def test_cifar_batches_are_checksummed_before_parsing(tmp_path):
+    archive = tmp_path / "src.tar.gz"
+    fake_cifar_archive(archive)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    with pytest.raises(DataFileError, match="data_batch_1 is truncated or corrupt"):
+        load_cifar10(tmp_path)
+
+
+def test_truncated_cifar_batch_is_reported(tmp_path, monkeypatch):
     archive = tmp_path / "src.tar.gz"
     fake_cifar_archive(archive, corrupt="data_batch_3")
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path, filter="data")
+    trust_extracted_batches(tmp_path, monkeypatch)
     with pytest.raises(DataFileError, match="data_batch_3 is not a readable CIFAR-10 batch"):
         load_cifar10(tmp_path)
 

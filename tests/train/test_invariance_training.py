@@ -93,7 +93,7 @@ def test_resume_reproduces_learned_eta(tmp_path):
 
 
 def test_bad_invariance_options(tmp_path):
-    with pytest.raises(ValueError, match="unknown invariance method"):
+    with pytest.raises(ValueError, match="unknown invariance 'lila'"):
         Trainer(config(invariance="lila"), tmp_path)
     with pytest.raises(ValueError, match="unknown generator"):
         Trainer(config(generators=("rotate", "zoom")), tmp_path)

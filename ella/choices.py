@@ -1,0 +1,173 @@
+"""Every choice-valued option of ella, typed once.
+
+The configurations, the command line (``choices=``), the library's own checks
+and the help texts all take their lists from these enums. Members compare
+equal to their strings, so ``Backend.ASDL == "asdl"``; see
+:class:`ella.config.Choice`.
+"""
+
+from __future__ import annotations
+
+from ella.config import Choice
+
+__all__ = [
+    "Augmentation",
+    "Backend",
+    "EnsembleMethod",
+    "FCMode",
+    "GConvMode",
+    "GGN",
+    "Generator",
+    "GroupAugmentation",
+    "HessianStructure",
+    "InvarianceMethod",
+    "LayerGroup",
+    "Lengthscales",
+    "ModelName",
+    "Optimizer",
+    "PathName",
+    "PriorMode",
+]
+
+
+class Optimizer(Choice):
+    """Optimiser of the weights."""
+
+    ADAM = "adam"
+    SGD = "sgd"
+
+
+class ModelName(Choice):
+    """Network architectures: ella's relaxed mixer or a plain baseline."""
+
+    MIXER = "mixer"
+    MLP = "mlp"
+    CNN = "cnn"
+
+
+class PathName(Choice):
+    """Paths of a relaxed layer."""
+
+    FC = "fc"
+    CONV = "conv"
+    GCONV = "gconv"
+
+
+class LayerGroup(Choice):
+    """Groups ella's layers lift to: the exact pixel symmetries of a square image.
+
+    Interpolated rotation groups (``C8``, ``C16``...) are not exact on pixels and
+    are refused for layers; they serve augmentation and the symmetry metrics.
+    """
+
+    TRIVIAL = "trivial"
+    C4 = "C4"
+    D4 = "D4"
+
+    @classmethod
+    def _missing_(cls, value):  # names are case-insensitive, as in ella.groups.get_group
+        if isinstance(value, str):
+            for member in cls:
+                if member.value.lower() == value.lower():
+                    return member
+        return None
+
+
+class GConvMode(Choice):
+    """GCONV path: a regular group convolution, or one shared filter per group copy."""
+
+    FULL = "full"
+    SHARED = "shared"
+
+
+class FCMode(Choice):
+    """FC path: factorised (ELLA's ``V U`` form) or a dense map (small sizes only)."""
+
+    FACTORIZED = "factorized"
+    DENSE = "dense"
+
+
+class InvarianceMethod(Choice):
+    """Input invariance: none, fixed full ranges, learned by marginal likelihood, Augerino."""
+
+    NONE = "none"
+    FULL = "full"
+    LEARNED = "learned"
+    AUGERINO = "augerino"
+
+
+class Generator(Choice):
+    """The six affine generators of learned input invariance."""
+
+    TRANSLATE_X = "translate_x"
+    TRANSLATE_Y = "translate_y"
+    ROTATE = "rotate"
+    SCALE_X = "scale_x"
+    SCALE_Y = "scale_y"
+    SHEAR = "shear"
+
+
+class Augmentation(Choice):
+    """Training-time augmentation per image of ``ella train``."""
+
+    NONE = "none"
+    C4 = "c4"
+    D4 = "d4"
+    ROTATE = "rotate"
+    TRANSLATE = "translate"
+    SCALE = "scale"
+
+
+class PriorMode(Choice):
+    """Prior groups: one per layer and path, one per parameter tensor, or one in all."""
+
+    LAYER_PATH = "layer_path"
+    TENSOR = "tensor"
+    SCALAR = "scalar"
+
+
+class Backend(Choice):
+    """Curvature backend of the Laplace evidence."""
+
+    ASDL = "asdl"
+    CURVLINOPS = "curvlinops"
+
+
+class HessianStructure(Choice):
+    """Structure of the Laplace Hessian: Kronecker-factored, or full/diagonal for tiny models."""
+
+    KRON = "kron"
+    FULL = "full"
+    DIAG = "diag"
+
+
+class GGN(Choice):
+    """GGN of the evidence: exact (a backward pass per class) or a one-sample MC estimate."""
+
+    EXACT = "exact"
+    MC = "mc"
+
+
+class EnsembleMethod(Choice):
+    """Particle methods: deep ensembles and the three repulsive ensembles."""
+
+    DE = "de"
+    WEIGHT_RDE = "weight_rde"
+    FUNCTION_RDE = "function_rde"
+    FORDE = "forde"
+
+
+class GroupAugmentation(Choice):
+    """Ensemble augmentation by a group: none, every image's whole orbit, or one element."""
+
+    NONE = "none"
+    ORBIT = "orbit"
+    SAMPLED = "sampled"
+
+
+class Lengthscales(Choice):
+    """FoRDE kernel lengthscales: identity, the data's PCA, or the alpha-mix of both."""
+
+    IDENTITY = "identity"
+    PCA = "pca"
+    MIX = "mix"

@@ -1,0 +1,179 @@
+"""Pieces shared by the commands: options generated from a config, run directories, errors.
+
+``ella train`` and ``ella ensemble`` both build their options from a
+configuration dataclass (:class:`ella.config.Config`) and both run in a run
+directory. This module holds what they share, so that neither command module
+imports the other:
+
+* :func:`add_config_options`: one ``--option`` per field, with ``choices=``
+  for enum fields and the default in the help text. Options are parsed with
+  ``argparse.SUPPRESS`` defaults, so the namespace holds exactly the options
+  the user typed (:func:`given_options`);
+* :func:`prepare_run`: everything that can be checked before data is read: the
+  configuration, ``--out``/``--resume``/``--overwrite``, the device;
+* :func:`reports_errors`: a command prints any :class:`~ella.errors.EllaError`
+  as one line and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+from ella.config import Config, choice_type
+from ella.errors import CheckpointError, ConfigError, EllaError
+from ella.rundir import CONFIG, check_run_directory, new_run_directory, read_json
+from ella.system import resolve_device
+
+__all__ = [
+    "add_config_options",
+    "add_run_options",
+    "config_from_args",
+    "given_options",
+    "prepare_run",
+    "reports_errors",
+]
+
+
+def _argument_type(hint: typing.Any) -> tuple[typing.Any, str | None]:
+    """(element type, nargs) of a field's type hint (``X | None`` -> X, tuples -> nargs)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0], "+"
+    return hint, None
+
+
+def add_config_options(
+    parser: argparse.ArgumentParser, config_cls: type[Config], help_texts: dict[str, str]
+) -> None:
+    """One ``--option`` per field of ``config_cls``, with its help text and default;
+    ``choices=`` for enum fields."""
+    defaults = config_cls().to_dict()
+    hints = config_cls.hints()
+    for field in dataclasses.fields(config_cls):
+        flag = "--" + field.name.replace("_", "-")
+        default = defaults[field.name]
+        shown = " ".join(map(str, default)) if isinstance(default, list) else default
+        help_text = f"{help_texts[field.name]} (default: {shown})"
+        kind, nargs = _argument_type(hints[field.name])
+        nargs = field.metadata.get("nargs", nargs)
+        choice = choice_type(hints[field.name])
+        if kind is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                help=help_text,
+            )  # fmt: skip
+        elif choice is not None:
+            parser.add_argument(
+                flag, choices=choice.values(), nargs=nargs, default=argparse.SUPPRESS,
+                help=help_text, metavar=None,
+            )  # fmt: skip
+        else:
+            parser.add_argument(
+                flag, type=kind, nargs=nargs, default=argparse.SUPPRESS, help=help_text
+            )
+
+
+def add_run_options(parser: argparse.ArgumentParser, prefix: str) -> None:
+    """``--out``, ``--resume`` and ``--overwrite``."""
+    parser.add_argument(
+        "--out", default=None, help=f"run directory (default: a new runs/{prefix}-YYYYmmdd-HHMMSS)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start again in --out although it holds a run (its old outputs are removed first)",
+    )
+
+
+def given_options(args: argparse.Namespace, config_cls: type[Config]) -> dict:
+    """The configuration options the user typed, as config values (lists become tuples)."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names}
+
+
+def config_from_args(args: argparse.Namespace, config_cls: type[Config]) -> Config:
+    """The configuration the options describe (defaults for options not given)."""
+    return config_cls(**given_options(args, config_cls))
+
+
+def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config]) -> Config:
+    """The saved configuration of the run in ``out``, with the options given now.
+
+    Options that define the run must not change: one given with another value than the
+    saved one is refused by name. The others (data directory, device, progress bars)
+    take the new value.
+    """
+    path = out / CONFIG
+    try:
+        saved = config_cls.from_dict(read_json(path, "run's configuration"))
+    except ConfigError as err:
+        raise CheckpointError(f"{path} is not a valid configuration: {err}") from None
+    given = given_options(args, config_cls)
+    new = dataclasses.replace(saved, **given)  # validates the new values
+    changed = [
+        f"--{k.replace('_', '-')} (the run has {saved.to_dict()[k]!r}, given {new.to_dict()[k]!r})"
+        for k in given
+        if k in config_cls.run_fields() and new.to_dict()[k] != saved.to_dict()[k]
+    ]
+    if changed:
+        raise ConfigError(
+            f"--resume: these options define the run and cannot change: {'; '.join(changed)}. "
+            "Resume without them, or start a new run directory"
+        )
+    return new
+
+
+def prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str):
+    """Check the options and the run directory before any work, and build the configuration.
+
+    Returns:
+        ``(out, config)``.
+
+    Raises:
+        EllaError: naming what is wrong (bad option, unusable run directory, resume
+            with a changed option, a device this machine lacks).
+    """
+    if args.out is None and args.resume:
+        raise ConfigError("--resume needs --out RUN_DIR")
+    if args.resume and args.overwrite:
+        raise ConfigError("use --resume or --overwrite, not both")
+    if args.out is None:
+        config = config_from_args(args, config_cls)
+        resolve_device(config.device)
+        return new_run_directory(prefix), config
+    out = Path(args.out)
+    if args.resume:
+        check_run_directory(out, resume=True, overwrite=False)
+        config = _resumed_config(out, args, config_cls)
+    else:
+        config = config_from_args(args, config_cls)
+        check_run_directory(out, resume=False, overwrite=args.overwrite)
+    resolve_device(config.device)
+    return out, config
+
+
+def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
+    """Run a command; print an :class:`~ella.errors.EllaError` (or a ``ValueError``/
+    ``FileNotFoundError`` from a check) as one ``error:`` line and return 1."""
+
+    @functools.wraps(command)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (EllaError, ValueError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("\ninterrupted; the last completed epoch is checkpointed", file=sys.stderr)
+            return 130
+
+    return wrapper

@@ -1,0 +1,53 @@
+"""One base exception for problems a user can fix, caught once per command.
+
+Every error that ella raises because of an input, an option, a file or a run
+directory derives from :class:`EllaError`; its message names the problem and
+what to do. The command line prints it as one line and exits with status 1,
+so a traceback always means a bug in ella (please report it).
+
+The subclasses also derive from the built-in exception a Python caller would
+expect (``ValueError`` for a bad value, ``RuntimeError`` for a failed step), so
+``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class EllaError(Exception):
+    """A problem with an input, an option, a file or a run directory."""
+
+
+class ConfigError(EllaError, ValueError):
+    """An option or argument that cannot work; the message names it and its valid values."""
+
+
+class RunDirectoryError(EllaError):
+    """A run directory that cannot be used as asked (it holds other files, is not writable...)."""
+
+
+class CheckpointError(EllaError, RuntimeError):
+    """A checkpoint or saved configuration that is missing, corrupt or from another run."""
+
+
+class InputDataError(EllaError, ValueError):
+    """Training or evaluation data that cannot be used (NaN pixels, labels out of range...)."""
+
+
+class TrainingDivergedError(EllaError, RuntimeError):
+    """The loss, the weights or the evidence stopped being finite."""
+
+
+class EvidenceError(EllaError, RuntimeError):
+    """The marginal likelihood could not be computed (non-finite curvature, a failed
+    decomposition)."""
+
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "EllaError",
+    "EvidenceError",
+    "InputDataError",
+    "RunDirectoryError",
+    "TrainingDivergedError",
+]

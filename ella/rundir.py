@@ -1,0 +1,174 @@
+"""Run directories: created uniquely, never overwriting a user's files, cleaned on restart.
+
+A run directory is what ``ella train`` and ``ella ensemble`` write: ``config.json``
+first, then ``checkpoint.pt`` and ``metrics.jsonl`` after every epoch, and
+``results.json`` with figures at the end. The rules:
+
+* a new run goes into a new or empty directory; a directory that holds a run
+  is refused unless the user asks for ``--resume`` or ``--overwrite``; a
+  non-empty directory that holds no run is always refused (its files are the
+  user's, not ours);
+* ``--overwrite`` removes the old run's outputs before the new run starts, so
+  a failed new run never leaves an old ``results.json`` beside a new config;
+* default directories (``runs/<prefix>-<date>-<time>``) are created with
+  ``mkdir``, which fails if the name is taken, so two runs started in the same
+  second get different directories;
+* temporary files of an interrupted atomic write are removed on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from fnmatch import fnmatch
+from pathlib import Path
+
+from ella.errors import CheckpointError, RunDirectoryError
+from ella.io import save_json
+
+CONFIG = "config.json"
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+RESULTS = "results.json"
+#: outputs a run writes besides config.json (removed by --overwrite); globs
+RUN_OUTPUTS = (CHECKPOINT, METRICS, RESULTS, "*.png", "symmetry_*.json")
+
+__all__ = [
+    "CHECKPOINT",
+    "CONFIG",
+    "METRICS",
+    "RESULTS",
+    "begin_run",
+    "check_run_directory",
+    "clear_run_outputs",
+    "holds_run",
+    "new_run_directory",
+    "read_json",
+    "remove_orphan_temporaries",
+]
+
+
+def begin_run(
+    out: Path | None, config, *, resume: bool, overwrite: bool, load: Callable[[], None]
+) -> None:
+    """Claim a run directory as :func:`check_run_directory` allows, remove orphan
+    temporaries, then ``load()`` the checkpoint when resuming, else clear an old run's
+    outputs (``overwrite``) and write ``config.json``. Nothing happens for ``out=None``."""
+    if out is None:
+        return
+    out = Path(out)
+    check_run_directory(out, resume=resume, overwrite=overwrite)
+    remove_orphan_temporaries(out)
+    if resume:
+        load()
+    else:
+        clear_run_outputs(out)
+        save_json(config.to_dict(), out / CONFIG)
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory of ella (it has a config or a checkpoint)."""
+    return (path / CONFIG).is_file() or (path / CHECKPOINT).is_file()
+
+
+def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
+    """Create and return a new, unique ``root/<prefix>-YYYYmmdd-HHMMSS[-k]`` directory."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirectoryError(f"cannot create {root}/ for the run: {err}; pass --out") from err
+    stamp = time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
+    for k in range(1, 10_000):
+        path = root / (stamp if k == 1 else f"{stamp}-{k}")
+        try:
+            path.mkdir()  # atomic: fails if another run took the name
+            return path
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise RunDirectoryError(f"cannot create {path}: {err}; pass --out") from err
+    raise RunDirectoryError(f"no free run directory name under {root}/; pass --out")
+
+
+def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a run directory that cannot be used as asked, before any work starts.
+
+    Raises:
+        RunDirectoryError: ``out`` is a file, not writable, holds a run (without
+            ``resume`` or ``overwrite``) or holds files that are not a run.
+        CheckpointError: ``resume`` without a checkpoint in ``out``.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+    if resume:
+        if not (out / CHECKPOINT).is_file():
+            raise CheckpointError(f"--resume: no checkpoint at {out / CHECKPOINT}")
+    elif out.is_dir() and any(out.iterdir()):
+        if not holds_run(out):
+            raise RunDirectoryError(
+                f"--out {out} is not empty and holds no ella run; ella never writes over files "
+                "it did not create: choose a new or empty directory"
+            )
+        if not overwrite:
+            raise RunDirectoryError(
+                f"{out} already holds a run; use --resume to continue it, --overwrite to "
+                "start again, or another --out"
+            )
+    _check_writable(out)
+
+
+def _check_writable(out: Path) -> None:
+    """Create ``out`` if needed and check that files can be created in it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".ella-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise RunDirectoryError(
+            f"cannot write to the run directory {out}: {err.strerror or err}"
+        ) from err
+
+
+def clear_run_outputs(out: Path) -> list[Path]:
+    """Remove what a run writes (checkpoint, metrics, results, figures) from ``out``."""
+    removed = []
+    for pattern in RUN_OUTPUTS:
+        for path in sorted(Path(out).glob(pattern)):
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def remove_orphan_temporaries(out: Path) -> list[Path]:
+    """Remove ``.<name>.*.tmp`` files left by an atomic write that was killed midway
+    (:func:`ella.io.atomic_write`); only for names a run writes."""
+    removed = []
+    for path in sorted(Path(out).glob(".*.tmp")):
+        name = path.name[1:].removesuffix(".tmp").rpartition(".")[0]  # drop the random part
+        if path.is_file() and any(fnmatch(name, p) for p in (CONFIG, *RUN_OUTPUTS)):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def read_json(path: Path, what: str) -> dict:
+    """A JSON object from ``path``; a CheckpointError naming the file if it is missing,
+    empty, truncated or not an object."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"no {path.name} in {path.parent} ({what})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(
+            f"{path} is empty, truncated or not JSON ({err}); the {what} cannot be read"
+        ) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object; the {what} cannot be read")
+    return data
