@@ -154,10 +154,11 @@ def prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str)
     if args.resume:
         check_run_directory(out, resume=True, overwrite=False)
         config = _resumed_config(out, args, config_cls)
+        resolve_device(config.device)
     else:
         config = config_from_args(args, config_cls)
+        resolve_device(config.device)
         check_run_directory(out, resume=False, overwrite=args.overwrite)
-    resolve_device(config.device)
     return out, config
 
 

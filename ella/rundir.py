@@ -41,6 +41,7 @@ __all__ = [
     "METRICS",
     "RESULTS",
     "begin_run",
+    "checkpoint_note",
     "check_run_directory",
     "clear_run_outputs",
     "holds_run",
@@ -66,6 +67,16 @@ def begin_run(
     else:
         clear_run_outputs(out)
         save_json(config.to_dict(), out / CONFIG)
+
+
+def checkpoint_note(out: Path | None) -> str:
+    """What a failed run leaves behind, for its error message."""
+    if out is None:
+        return "nothing was written (no run directory)"
+    path = Path(out) / CHECKPOINT
+    if path.is_file():
+        return f"the last good checkpoint is kept at {path}"
+    return f"there is no checkpoint yet in {out} (one is written after every epoch)"
 
 
 def holds_run(path: Path) -> bool:

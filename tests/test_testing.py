@@ -30,3 +30,25 @@ def test_errors_are_per_element():
 def test_unknown_action():
     with pytest.raises(ValueError, match="unknown action"):
         equivariance_errors(torch.relu, "C4", torch.randn(1, 1, 4, 4), out_action="rotated")
+
+
+def test_nan_outputs_fail():
+    x = torch.randn(2, 1, 4, 4)
+    with pytest.raises(AssertionError, match="not finite"):
+        assert_equivariant(lambda t: t.sum(dim=(-2, -1)) * float("nan"), "C4", x)
+
+
+def test_nan_only_on_transformed_inputs_fails():
+    x = torch.randn(2, 1, 4, 4)
+
+    def nan_off_identity(t):
+        out = t.sum(dim=(-2, -1))
+        return out if torch.equal(t, x) else out * float("nan")
+
+    with pytest.raises(AssertionError, match="not finite for elements \\[1, 2, 3\\]"):
+        assert_equivariant(nan_off_identity, "C4", x)
+
+
+def test_no_elements_is_a_clear_error():
+    with pytest.raises(ValueError, match="elements is empty"):
+        assert_equivariant(torch.relu, "C4", torch.randn(1, 1, 4, 4), elements=[])

@@ -50,7 +50,7 @@ from ella.errors import TrainingDivergedError
 from ella.groups import Group, get_group
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.models import BASELINE_MODELS, mixer
-from ella.rundir import CHECKPOINT, begin_run
+from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.loop import cosine_lr, epoch_bar
 
@@ -295,10 +295,9 @@ class EnsembleTrainer:
                 group["lr"] = lr
             surrogate, parts = self.loss(x, y)
             if not torch.isfinite(surrogate):
-                where = f" of {self.out / CHECKPOINT}" if self.out is not None else ""
                 raise TrainingDivergedError(
                     f"the ensemble loss became {surrogate.item()} at epoch {self.state.epoch + 1}, "
-                    f"step {self.state.step + 1}; the last good checkpoint{where} is kept. "
+                    f"step {self.state.step + 1}; {checkpoint_note(self.out)}. "
                     "Try a smaller --lr or --repulsion-scale."
                 )
             self.optimizer.zero_grad(set_to_none=True)

@@ -37,7 +37,7 @@ from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import check_memory
 from ella.models import BASELINE_MODELS, mixer
-from ella.rundir import CHECKPOINT, begin_run
+from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
 
@@ -258,8 +258,8 @@ class Trainer:
                     raise InputDataError("the input data contains NaN or infinite values")
                 raise TrainingDivergedError(
                     f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
-                    f"step {self.state.step + 1}; the last good checkpoint is kept at "
-                    f"{self.out / CHECKPOINT}. Try a smaller --lr."
+                    f"step {self.state.step + 1}; {checkpoint_note(self.out)}. "
+                    "Try a smaller --lr."
                 )
             self.optimizer.zero_grad(set_to_none=True)
             if cfg.invariance == "augerino":
@@ -349,14 +349,6 @@ class Trainer:
 
     def hyper_steps(self) -> float:
         """Fit the evidence once and take the Adam steps; return the final log evidence."""
-        try:
-            return self._hyper_steps()
-        except EvidenceError as err:
-            raise TrainingDivergedError(
-                f"{err}; the last good checkpoint is kept at {self.out / CHECKPOINT}"
-            ) from err
-
-    def _hyper_steps(self) -> float:
         if self.invariant:
             return self.invariance_hyper_steps()
         evidence = self.fit_evidence()
@@ -378,16 +370,15 @@ class Trainer:
         if bad:
             raise TrainingDivergedError(
                 f"the weights became non-finite ({', '.join(bad[:3])}"
-                f"{' ...' if len(bad) > 3 else ''}) in epoch {self.state.epoch}; the last good "
-                f"checkpoint is kept at {self.out / CHECKPOINT}. Try a smaller --lr."
+                f"{' ...' if len(bad) > 3 else ''}) in epoch {self.state.epoch}; "
+                f"{checkpoint_note(self.out)}. Try a smaller --lr."
             )
 
     def _check_evidence(self, value: torch.Tensor) -> None:
         if not torch.isfinite(value):
             raise TrainingDivergedError(
                 f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
-                f"the last good checkpoint is kept at {self.out / CHECKPOINT}. "
-                "Try a smaller --lr-hyp or more burn-in epochs."
+                f"{checkpoint_note(self.out)}. Try a smaller --lr-hyp or more burn-in epochs."
             )
 
     def evidence_due(self) -> bool:
@@ -404,6 +395,15 @@ class Trainer:
                 removed first); without it such a directory is refused.
         """
         begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
+        try:
+            return self._run()
+        except EvidenceError as err:
+            raise TrainingDivergedError(
+                f"{err}. Training probably diverged: try a smaller --lr; "
+                f"{checkpoint_note(self.out)}"
+            ) from err
+
+    def _run(self) -> dict:
         start = time.perf_counter()
         cfg = self.config
         bar = epoch_bar(self.state.epoch, cfg.epochs, "epochs", cfg.progress)
