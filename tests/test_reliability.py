@@ -428,3 +428,35 @@ def test_checkpoint_error_is_a_runtime_error_for_python_callers(tmp_path):
         load_torch(tmp_path / "c.pt")
     with pytest.raises(CheckpointError):
         load_torch(tmp_path / "c.pt")
+
+
+# ---------------------------------------------------------------- threads
+def test_threads_follow_the_cpus_available_unless_the_user_chooses(monkeypatch):
+    from ella.system import available_cpus, configure_threads
+
+    old = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("ELLA_THREADS", "1")
+        assert configure_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.delenv("ELLA_THREADS")
+        assert configure_threads() == available_cpus() == torch.get_num_threads()
+        assert 1 <= available_cpus() <= (len(__import__("os").sched_getaffinity(0)))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_python_dash_m_ella_is_the_command():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ella", "train", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "--backend {asdl,curvlinops}" in proc.stdout
+    assert (
+        "ELLA_THREADS"
+        in subprocess.run(
+            [sys.executable, "-m", "ella", "--help"], capture_output=True, text=True
+        ).stdout
+    )
