@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ella.cli import main
+from ella.errors import RunDirectoryError
 from ella.train import train
 from ella.train.loop import evaluate
 from ella.train.runs import load_run
@@ -26,7 +27,7 @@ def test_load_run_gives_the_reported_model(run_dir):
     assert run.state == results["reported_state"] == "best_evidence"
     assert not run.model.training
     assert evaluate(run.model, run.data.test)["accuracy"] == results["test_accuracy"]
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(RunDirectoryError, match="no config.json"):
         load_run(out / "missing")
 
 
