@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ella.marglik.evidence import check_supported
+from ella.nn.paths import per_module_calls
 
 __all__ = ["KronBlock", "kron_factors", "module_blocks"]
 
@@ -151,7 +152,8 @@ def kron_factors(
 
     handles = [m.register_forward_hook(hook) for _, m in modules]
     try:
-        logits = forward()
+        with per_module_calls():  # FC paths call their per-channel modules
+            logits = forward()
     finally:
         for h in handles:
             h.remove()

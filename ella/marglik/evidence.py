@@ -28,6 +28,7 @@ from torch import nn
 from ella.choices import GGN, Backend, HessianStructure
 from ella.errors import ConfigError, EllaError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.priors import PriorStructure
+from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
 
 _BACKENDS = {Backend.ASDL: AsdlGGN, Backend.CURVLINOPS: CurvlinopsGGN}
@@ -233,7 +234,7 @@ class LaplaceEvidence:
         with warnings.catch_warnings():
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
-            with dependency_may_not_exit("the Laplace fit"):
+            with dependency_may_not_exit("the Laplace fit"), per_module_calls():
                 la.fit(_FiniteBatches(loader), progress_bar=progress)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:

@@ -2,7 +2,7 @@
 
 from ella.nn.downsample import PolyphaseDownsample, polyphase_downsample
 from ella.nn.lift import GroupPool, Lift
-from ella.nn.paths import ConvPath, FCPath, GConvPath, Path
+from ella.nn.paths import ConvPath, FCPath, GConvPath, Path, per_module_calls
 from ella.nn.relaxed import PATH_NAMES, RelaxedLayer
 
 __all__ = [
@@ -15,5 +15,6 @@ __all__ = [
     "Path",
     "PolyphaseDownsample",
     "RelaxedLayer",
+    "per_module_calls",
     "polyphase_downsample",
 ]

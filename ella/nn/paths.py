@@ -23,6 +23,8 @@ the smaller output grid.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -34,6 +36,27 @@ from ella.nn.downsample import polyphase_downsample
 
 FCMode = Literal["factorized", "dense"]
 GConvMode = Literal["full", "shared"]
+
+_module_calls = 0  # > 0 inside per_module_calls()
+
+
+@contextmanager
+def per_module_calls() -> Iterator[None]:
+    """Run factorised FC paths as one call per channel module (``module(x)``).
+
+    By default :class:`FCPath` computes its forward with two batched ``einsum`` over
+    the stacked weights of its per-channel ``nn.Linear`` modules, a constant number
+    of operations whatever the channel count. Curvature backends that hook module
+    calls (ASDL, Curvlinops, :mod:`ella.invariance.kfac`) need every module called;
+    inside this context the FC paths call them one by one, with the same outputs
+    (up to float rounding) and the same parameters. Re-entrant.
+    """
+    global _module_calls
+    _module_calls += 1
+    try:
+        yield
+    finally:
+        _module_calls -= 1
 
 
 class Path(nn.Module):
@@ -252,15 +275,27 @@ class FCPath(Path):
                 nn.init.normal_(lin.weight, std=math.sqrt(2.0 / c_in))
                 nn.init.zeros_(lin.bias)
 
+    def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The factorised weights stacked: ``U`` (C_i, C_o, S_in), ``V`` (C_o, S_out, C_i)
+        and the bias (C_o, S_out); differentiable in the per-channel modules' parameters."""
+        u = torch.stack([m.weight for m in self.pixel_maps])
+        v = torch.stack([m.weight for m in self.channel_maps])
+        bias = torch.stack([m.bias for m in self.channel_maps])
+        return u, v, bias
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
         b, g, c, h, w = z.shape
         x = z.reshape(b, g * c, h * w)
         if self.mode == "dense":
             out = self.linear(x.reshape(b, -1))
-        else:
+        elif _module_calls:  # one module call per channel, as hooking backends need
             t = torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], dim=2)
             out = torch.stack([m(t[:, o]) for o, m in enumerate(self.channel_maps)], dim=1)
+        else:
+            u, v, bias = self.stacked_weights()
+            t = torch.einsum("bix,iox->boi", x, u)  # stage 1, every input channel at once
+            out = torch.einsum("boi,oyi->boy", t, v) + bias  # stage 2, every output channel
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
     def extra_repr(self) -> str:

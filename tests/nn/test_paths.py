@@ -132,3 +132,45 @@ def test_bad_input_shapes():
         path(torch.randn(3, 8, 2, 8, 8))
     with pytest.raises(ValueError, match="built for images of size 8x8, got 6x6"):
         path(torch.randn(3, 4, 2, 6, 6))
+
+
+# ---------------------------------------------------------------- FC path without loops
+@pytest.mark.parametrize("stride", [1, 2])
+def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
+    from ella.nn import per_module_calls
+
+    path = FCPath(3, 2, 8, "C4", stride=stride)
+    z = lifted("C4", c=3).requires_grad_()
+    fast = path(z)
+    grads_fast = torch.autograd.grad(fast.square().sum(), [z, *path.parameters()])
+    with per_module_calls():
+        reference = path(z)
+    grads_ref = torch.autograd.grad(reference.square().sum(), [z, *path.parameters()])
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_fast, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def aten_ops(fn) -> int:
+    """Number of aten operator calls ``fn()`` makes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.calls
+
+
+def test_fc_forward_makes_the_same_number_of_operations_for_any_channel_count():
+    def forward(channels):
+        path = FCPath(channels, channels, 8, "C4")
+        z = lifted("C4", c=channels)
+        return lambda: path(z)
+
+    assert aten_ops(forward(1)) == aten_ops(forward(8)) <= 40  # vs ~8 per channel in a loop
