@@ -127,8 +127,10 @@ class PriorMode(Choice):
 
 
 class Backend(Choice):
-    """Curvature backend of the Laplace evidence."""
+    """Curvature backend of the Laplace evidence: ella's batched KFAC (native), or the
+    stock laplace-torch backends kept as references."""
 
+    NATIVE = "native"
     ASDL = "asdl"
     CURVLINOPS = "curvlinops"
 

@@ -291,7 +291,18 @@ def test_every_choice_option_lists_its_choices_in_help():
 
 def test_a_full_hessian_that_cannot_fit_is_refused_before_training(tmp_path, capsys):
     out = tmp_path / "r"
-    argv = ["train", "--out", str(out), "--hessian", "full", "--epochs", "1", "--no-progress"]
+    argv = [
+        "train",
+        "--out",
+        str(out),
+        "--hessian",
+        "full",
+        "--backend",
+        "asdl",
+        "--epochs",
+        "1",
+        "--no-progress",
+    ]
     refused(capsys, argv, 1, "full Laplace Hessian", "--hessian kron")
     assert not (out / "checkpoint.pt").exists()
 
@@ -453,7 +464,7 @@ def test_python_dash_m_ella_is_the_command():
     proc = subprocess.run(
         [sys.executable, "-m", "ella", "train", "--help"], capture_output=True, text=True
     )
-    assert proc.returncode == 0 and "--backend {asdl,curvlinops}" in proc.stdout
+    assert proc.returncode == 0 and "--backend {native,asdl,curvlinops}" in proc.stdout
     assert (
         "ELLA_THREADS"
         in subprocess.run(

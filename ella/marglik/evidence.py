@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from laplace import DiagLaplace, FullLaplace, KronLaplace
@@ -27,11 +27,12 @@ from torch import nn
 
 from ella.choices import GGN, Backend, HessianStructure
 from ella.errors import ConfigError, EllaError, EvidenceError, InputDataError, TrainingDivergedError
+from ella.marglik.native import NativeGGN
 from ella.marglik.priors import PriorStructure
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
 
-_BACKENDS = {Backend.ASDL: AsdlGGN, Backend.CURVLINOPS: CurvlinopsGGN}
+_BACKENDS = {Backend.NATIVE: NativeGGN, Backend.ASDL: AsdlGGN, Backend.CURVLINOPS: CurvlinopsGGN}
 _LAPLACE = {
     HessianStructure.KRON: KronLaplace,
     HessianStructure.FULL: FullLaplace,
@@ -167,7 +168,10 @@ class LaplaceEvidence:
         prior: the prior structure mapping groups to parameter tensors.
         likelihood: ``"classification"`` or ``"regression"``.
         structure: ``"kron"`` (default), or ``"full"``/``"diag"`` for tiny models.
-        backend: ``"asdl"`` (default) or ``"curvlinops"``.
+        backend: ``"native"`` (ella's batched factors,
+            :class:`~ella.marglik.native.NativeGGN`; the default for ``"kron"``), or
+            the stock ``"asdl"`` (the default for ``"full"``/``"diag"``) and
+            ``"curvlinops"`` backends, kept as references.
         sigma_noise: observation noise for regression.
         ggn: ``"exact"`` GGN (a backward pass per output) or ``"mc"``, a
             one-sample Monte-Carlo estimate of it (about C times cheaper for C
@@ -186,7 +190,7 @@ class LaplaceEvidence:
         prior: PriorStructure,
         likelihood: str = "classification",
         structure: HessianStructure | str = HessianStructure.KRON,
-        backend: Backend | str = Backend.ASDL,
+        backend: Backend | str | None = None,
         sigma_noise: float = 1.0,
         ggn: str = "exact",
     ):
@@ -194,7 +198,14 @@ class LaplaceEvidence:
         self.prior = prior
         self.likelihood = likelihood
         self.structure = HessianStructure.parse(structure, "Hessian structure")
+        if backend is None:  # ella's own factors where they exist
+            backend = Backend.NATIVE if self.structure is HessianStructure.KRON else Backend.ASDL
         self.backend = Backend.parse(backend, "curvature backend")
+        if self.backend is Backend.NATIVE and self.structure is not HessianStructure.KRON:
+            raise ConfigError(
+                "the native backend gives Kronecker factors only; use --backend asdl or "
+                "curvlinops for a full or diagonal Hessian"
+            )
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type")
         if self.structure is HessianStructure.KRON:
@@ -234,7 +245,7 @@ class LaplaceEvidence:
         with warnings.catch_warnings():
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
-            with dependency_may_not_exit("the Laplace fit"), per_module_calls():
+            with dependency_may_not_exit("the Laplace fit"), self._layout():
                 la.fit(_FiniteBatches(loader), progress_bar=progress)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
@@ -246,6 +257,10 @@ class LaplaceEvidence:
                     "not called as module(x) in forward"
                 )
         self._la = la
+
+    def _layout(self):
+        """The stock backends hook module calls: run FC paths one module per channel."""
+        return nullcontext() if self.backend is Backend.NATIVE else per_module_calls()
 
     def _check_finite_curvature(self, la) -> None:
         if self.structure is HessianStructure.KRON:

@@ -255,6 +255,8 @@ class FCPath(Path):
         if mode not in ("factorized", "dense"):
             raise ValueError(f"FCPath mode must be 'factorized' or 'dense', got {mode!r}")
         self.mode = mode
+        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the stages
+        self._capture: dict[str, torch.Tensor] | None = None
         g = self.group.order
         c_in, c_out = g * in_channels, g * out_channels
         s_in = self.in_size[0] * self.in_size[1]
@@ -296,6 +298,8 @@ class FCPath(Path):
             u, v, bias = self.stacked_weights()
             t = torch.einsum("bix,iox->boi", x, u)  # stage 1, every input channel at once
             out = torch.einsum("boi,oyi->boy", t, v) + bias  # stage 2, every output channel
+            if self._capture is not None:  # for the native Kronecker factors
+                self._capture.update(x=x, t=t, out=out)
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
     def extra_repr(self) -> str:

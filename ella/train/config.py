@@ -104,7 +104,7 @@ class TrainConfig(Config):
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     marglik_batch_size: int = option(500, minimum=1)
-    backend: Backend = Backend.ASDL
+    backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
     ggn: GGN = GGN.EXACT
     # run
@@ -129,6 +129,11 @@ class TrainConfig(Config):
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         if self.invariance != "none" and self.augment != "none":
             raise ConfigError("use either --augment or --invariance, not both")
+        if self.backend == "native" and self.hessian != "kron":
+            raise ConfigError(
+                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
+                "(the native backend gives Kronecker factors only)"
+            )
         if self.invariance == "learned" and self.hessian != "kron":
             raise ConfigError("learned invariance needs --hessian kron")
 

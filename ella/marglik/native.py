@@ -1,0 +1,254 @@
+"""ella's own Kronecker-factored GGN: batched factors for every layer ella builds.
+
+A curvature backend for laplace-torch (``KronLaplace(..., backend=NativeGGN)``,
+the :class:`laplace.curvature.CurvatureInterface` that AsdlGGN and
+CurvlinopsGGN also implement), so the rest of laplace-torch (log marginal
+likelihood, posterior) works unchanged. It returns the same factors as
+laplace-torch's AsdlGGN (Martens & Grosse, "Optimizing Neural Networks with
+Kronecker-factored Approximate Curvature", ICML 2015; KFAC-expand for shared
+weights, Eschenhagen et al., NeurIPS 2023), computed differently:
+
+* an ``nn.Linear``/``nn.Conv2d`` (heads, CONV and GCONV paths, user layers) is
+  one block whose input and output are caught by forward hooks; a CONV or
+  GCONV filter shared over group copies and positions sees them as extra rows
+  ("expand"), exactly as ASDL sees the folded batch;
+* a factorised :class:`~ella.nn.FCPath` is handled as a whole: its two stages
+  are two ``einsum`` over stacked weights, and the factors of all its
+  ``2 C`` per-channel modules come from four batched ``einsum`` (no module is
+  called or hooked one by one), which is what makes the fit cheap;
+* the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K``
+  backward passes for the exact GGN of ``K`` classes, vectorised with
+  ``is_grads_batched`` when the graph allows it) or as one Monte-Carlo column
+  (``stochastic=True``: a label sampled from the model's predictive).
+
+Per batch and module with input rows ``a`` (``L`` positions) and output
+gradient rows ``b``, summed over the batch, the shared rows and the GGN's
+columns: weight ``[B, A / N]`` with ``B = sum b b^T`` and ``A = sum a a^T / L``;
+bias ``[B]`` (laplace-torch's ``AsdlGGN.kron`` layout, ``N`` the data-set size).
+Factors are accumulated as sums over batches; no per-example Jacobian of the
+network is ever formed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from laplace.curvature import CurvatureInterface
+from laplace.utils.matrix import Kron
+from torch import nn
+
+from ella.nn.paths import FCPath
+
+__all__ = ["NativeGGN", "curvature_blocks"]
+
+
+# ---------------------------------------------------------------- blocks
+class _ModuleBlock:
+    """An ``nn.Linear`` or ``nn.Conv2d``: one weight block ``[B, A]`` and a bias block ``[B]``."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        self.inputs: torch.Tensor | None = None
+        self.output: torch.Tensor | None = None
+
+    def hook(self) -> Any:
+        def record(module, inputs, output):
+            self.inputs, self.output = inputs[0], output
+
+        return self.module.register_forward_hook(record)
+
+    def outputs(self) -> list[torch.Tensor]:
+        return [self.output]
+
+    def input_factor(self) -> tuple[torch.Tensor, int]:
+        """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
+        m, x = self.module, self.inputs
+        if isinstance(m, nn.Linear):
+            rows = x.reshape(-1, x.shape[-1])
+            return rows.T @ rows, 1
+        if m.padding_mode != "zeros":
+            x = F.pad(x, m._reversed_padding_repeated_twice, mode=m.padding_mode)
+            padding = 0
+        else:
+            padding = m.padding
+        cols = F.unfold(x, m.kernel_size, m.dilation, padding, m.stride)  # (M, D, L)
+        return torch.einsum("mdl,mel->de", cols, cols), cols.shape[-1]
+
+    def output_factor(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """``sum b b^T`` over the columns (leading axis), the batch and shared rows."""
+        (g,) = grads  # (V, M, d_out) or (V, M, C_out, H, W)
+        if isinstance(self.module, nn.Conv2d):
+            return torch.einsum("vmchw,vmdhw->cd", g, g)
+        rows = g.reshape(-1, g.shape[-1])
+        return rows.T @ rows
+
+    def kfacs(self, grads: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+        a, length = self.input_factor()
+        b = self.output_factor(grads)
+        weight = [b, a / (length * n_data)]
+        if b.numel() == 1 and weight[1].numel() == 1:  # as laplace-torch: a scalar block
+            weight = [b * a / length]
+        return [weight] + ([[b]] if self.module.bias is not None else [])
+
+
+class _FCPathBlock:
+    """A factorised FC path: ``C_i`` pixel maps ``[B_i, A_i]`` and ``C_o`` channel maps
+    ``[B_o, A_o]``, ``[B_o]`` (bias), all from the stacked stages in four ``einsum``."""
+
+    def __init__(self, path: FCPath):
+        self.path = path
+
+    def hook(self) -> Any:
+        self.path._capture = {}
+        path = self.path
+
+        class _Handle:
+            def remove(self) -> None:
+                path._capture = None
+
+        return _Handle()
+
+    def outputs(self) -> list[torch.Tensor]:
+        return [self.path._capture["t"], self.path._capture["out"]]
+
+    def kfacs(self, grads: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+        x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci)
+        grad_t, grad_out = grads  # (V, M, Co, Ci), (V, M, Co, Sout)
+        a_pixel = torch.einsum("mix,miy->ixy", x, x) / n_data  # (Ci, Sin, Sin)
+        b_pixel = torch.einsum("vmoi,vmpi->iop", grad_t, grad_t)  # (Ci, Co, Co)
+        a_channel = torch.einsum("moi,moj->oij", t, t) / n_data  # (Co, Ci, Ci)
+        b_channel = torch.einsum("vmoy,vmoz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
+        kfacs = [[b, a] for b, a in zip(b_pixel, a_pixel, strict=True)]
+        for b, a in zip(b_channel, a_channel, strict=True):
+            kfacs += [[b, a], [b]]
+        return kfacs
+
+
+def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
+    """The blocks of ``model`` in ``model.parameters()`` order (checked).
+
+    Raises:
+        UnsupportedModuleError: a parameter outside ``nn.Linear``/``nn.Conv2d``, a
+            partly frozen module, or parameters in an order the blocks do not follow.
+    """
+    from ella.marglik.evidence import UnsupportedModuleError, check_supported
+
+    check_supported(model)
+    blocks: list[_ModuleBlock | _FCPathBlock] = []
+    inside_fc: set[int] = set()
+    owners: list[int] = []  # id of each block's parameters, in block order
+    for name, m in model.named_modules():
+        if id(m) in inside_fc:
+            continue
+        trainable = [p for p in m.parameters(recurse=False) if p.requires_grad]
+        if isinstance(m, FCPath) and m.mode == "factorized":
+            if any(p.requires_grad for p in m.parameters()):
+                inside_fc.update(id(c) for c in m.modules())
+                blocks.append(_FCPathBlock(m))
+                owners += [id(p) for p in m.parameters() if p.requires_grad]
+        elif trainable:
+            if isinstance(m, nn.Conv2d) and (m.groups != 1 or isinstance(m.padding, str)):
+                raise UnsupportedModuleError(
+                    f"{name}: the native KFAC supports Conv2d with groups=1 and integer "
+                    f"padding, got groups={m.groups}, padding={m.padding!r}"
+                )
+            blocks.append(_ModuleBlock(m))
+            owners += [id(p) for p in trainable]
+    if owners != [id(p) for p in model.parameters() if p.requires_grad]:
+        raise UnsupportedModuleError(
+            "the model's parameters are shared between modules or not in module order; "
+            "the native KFAC needs one block per module, in model.parameters() order"
+        )
+    return blocks
+
+
+# ---------------------------------------------------------------- the backend
+class NativeGGN(CurvatureInterface):
+    """laplace-torch curvature backend with ella's batched Kronecker factors (``kron`` only).
+
+    Args:
+        model: the network (``nn.Linear``/``nn.Conv2d`` parameters, ella's paths).
+        likelihood: ``"classification"`` or ``"regression"``.
+        stochastic: one Monte-Carlo column of the GGN's square root per example
+            (a label drawn from the model's predictive, ``e_y - p``; for
+            regression ``eps ~ N(0, I)``) instead of the exact ``K`` columns.
+        last_layer, subnetwork_indices: not supported (the whole network).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: str,
+        last_layer: bool = False,
+        subnetwork_indices: torch.LongTensor | None = None,
+        dict_key_x: str = "input_ids",
+        dict_key_y: str = "labels",
+        stochastic: bool = False,
+    ):
+        if last_layer or subnetwork_indices is not None:
+            raise ValueError("the native backend computes the whole network's curvature only")
+        super().__init__(model, likelihood, last_layer, subnetwork_indices, dict_key_x, dict_key_y)
+        self.stochastic = stochastic
+        self.blocks = curvature_blocks(model)
+
+    def _columns(self, f: torch.Tensor) -> torch.Tensor:
+        """Columns ``v`` (V, M, K) of the loss Hessian's square root in function space."""
+        if self.likelihood == "regression":
+            if self.stochastic:
+                return torch.randn_like(f)[None]
+            return torch.eye(f.shape[-1], dtype=f.dtype, device=f.device)[:, None, :].expand(
+                -1, f.shape[0], -1
+            )
+        p = f.detach().softmax(-1)
+        if self.stochastic:
+            y = torch.multinomial(p, 1).squeeze(1)
+            return (F.one_hot(y, p.shape[-1]).to(p.dtype) - p)[None]
+        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+        return p.T.sqrt()[:, :, None] * (eye[:, None, :] - p[None])  # (K, M, K)
+
+    def _output_gradients(
+        self, f: torch.Tensor, outputs: list[torch.Tensor], columns: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """``J_out^T v`` for every recorded output and every column: (V, *output.shape)."""
+        try:
+            return list(
+                torch.autograd.grad(
+                    f, outputs, grad_outputs=columns, retain_graph=True, is_grads_batched=True
+                )
+            )
+        except (RuntimeError, NotImplementedError):  # an op without a batching rule
+            per_column = [
+                torch.autograd.grad(f, outputs, grad_outputs=v, retain_graph=True) for v in columns
+            ]
+            return [torch.stack(gs) for gs in zip(*per_column, strict=True)]
+
+    def kron(
+        self, x: torch.Tensor, y: torch.Tensor, N: int, **kwargs: Any
+    ) -> tuple[torch.Tensor, Kron]:
+        """Loss and Kronecker factors of one batch (``AsdlGGN.kron``'s layout and scaling)."""
+        handles = [block.hook() for block in self.blocks]
+        try:
+            with torch.enable_grad():
+                f = self.model(x)
+                outputs = [t for block in self.blocks for t in block.outputs()]
+                grads = self._output_gradients(f, outputs, self._columns(f))
+            kfacs, start = [], 0
+            with torch.no_grad():
+                for block in self.blocks:
+                    n = len(block.outputs())
+                    kfacs += block.kfacs([g.detach() for g in grads[start : start + n]], N)
+                    start += n
+        finally:
+            for handle in handles:
+                handle.remove()
+        target = y if self.likelihood == "regression" else y.view(-1)
+        loss = self.lossfunc(f.detach(), target)
+        return self.factor * loss, Kron(kfacs)
+
+    def full(self, x, y, **kwargs):
+        raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")
+
+    def diag(self, x, y, **kwargs):
+        raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")
