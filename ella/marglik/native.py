@@ -62,19 +62,27 @@ class _ModuleBlock:
     def outputs(self) -> list[torch.Tensor]:
         return [self.output]
 
-    def input_factor(self) -> tuple[torch.Tensor, int]:
-        """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
+    def input_rows(self) -> torch.Tensor:
+        """The rows the weight multiplies, (M, L, d_in): a Linear's inputs (L = 1, or its
+        extra leading axes), a conv's patches at its ``L`` output positions, with the
+        module's own padding mode (circular padding wraps; the stock backends unfold
+        with zero padding whatever the mode)."""
         m, x = self.module, self.inputs
         if isinstance(m, nn.Linear):
-            rows = x.reshape(-1, x.shape[-1])
-            return rows.T @ rows, 1
+            return x.reshape(x.shape[0], -1, x.shape[-1])
         if m.padding_mode != "zeros":
             x = F.pad(x, m._reversed_padding_repeated_twice, mode=m.padding_mode)
             padding = 0
         else:
             padding = m.padding
-        cols = F.unfold(x, m.kernel_size, m.dilation, padding, m.stride)  # (M, D, L)
-        return torch.einsum("mdl,mel->de", cols, cols), cols.shape[-1]
+        return F.unfold(x, m.kernel_size, m.dilation, padding, m.stride).transpose(1, 2)
+
+    def input_factor(self) -> tuple[torch.Tensor, int]:
+        """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
+        rows = self.input_rows()
+        length = rows.shape[1] if isinstance(self.module, nn.Conv2d) else 1
+        rows = rows.reshape(-1, rows.shape[-1])
+        return rows.T @ rows, length
 
     def output_factor(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """``sum b b^T`` over the columns (leading axis), the batch and shared rows."""
@@ -195,15 +203,18 @@ class NativeGGN(CurvatureInterface):
 
     def _columns(self, f: torch.Tensor) -> torch.Tensor:
         """Columns ``v`` (V, M, K) of the loss Hessian's square root in function space."""
+        # Monte-Carlo samples are drawn as ASDL draws them (the same torch.distributions
+        # calls on the global generator), so a seeded fit samples the same labels.
         if self.likelihood == "regression":
             if self.stochastic:
-                return torch.randn_like(f)[None]
+                f = f.detach()
+                return (torch.distributions.Normal(f, 1.0).sample() - f)[None]
             return torch.eye(f.shape[-1], dtype=f.dtype, device=f.device)[:, None, :].expand(
                 -1, f.shape[0], -1
             )
         p = f.detach().softmax(-1)
         if self.stochastic:
-            y = torch.multinomial(p, 1).squeeze(1)
+            y = torch.distributions.Categorical(p).sample()
             return (F.one_hot(y, p.shape[-1]).to(p.dtype) - p)[None]
         eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
         return p.T.sqrt()[:, :, None] * (eye[:, None, :] - p[None])  # (K, M, K)

@@ -1,0 +1,224 @@
+"""The native Kronecker factors against the stock ASDL and Curvlinops backends and mathematics.
+
+The stock backends unfold every convolution with zero padding, whatever its
+``padding_mode``; ella's paths pad circularly. So the native factors are
+compared with the stock ones (a) on the same network with zero-padded
+convolutions, and (b) for circular padding, against the stock backends on an
+equivalent network whose circular padding is an explicit ``F.pad`` before a
+``padding=0`` convolution (the same function and weights); (c) a test shows
+from the weight gradient which patches are right.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella.groups import get_group
+from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
+from ella.marglik.native import NativeGGN, _ModuleBlock
+from ella.models import mixer
+from ella.nn import GroupPool, Lift, RelaxedLayer
+
+
+def zero_padded(model: nn.Module) -> nn.Module:
+    model = copy.deepcopy(model)
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            m.padding_mode = "zeros"
+    return model
+
+
+class CircularPad(nn.Module):
+    def __init__(self, pad: tuple[int, ...]):
+        super().__init__()
+        self.pad = pad
+
+    def forward(self, x):
+        return F.pad(x, self.pad, mode="circular")
+
+
+def explicit_padding(model: nn.Module) -> nn.Module:
+    """The same function with every circular conv as ``F.pad`` + a ``padding=0`` conv
+    (the weights are shared, parameter order kept)."""
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, m in list(parent.named_children()):
+            if isinstance(m, nn.Conv2d) and m.padding_mode == "circular":
+                conv = nn.Conv2d(
+                    m.in_channels, m.out_channels, m.kernel_size, m.stride, 0, m.dilation,
+                    bias=m.bias is not None,
+                )  # fmt: skip
+                conv.weight, conv.bias = m.weight, m.bias
+                setattr(
+                    parent,
+                    name,
+                    nn.Sequential(CircularPad(m._reversed_padding_repeated_twice), conv),
+                )
+    return model
+
+
+class NoHead(nn.Module):
+    """Two relaxed layers (the second with stride 2), pooled over the group and space:
+    the last parameterised layer is a relaxed layer, not an ``nn.Linear``."""
+
+    def __init__(self, group: str, paths, **kwargs):
+        super().__init__()
+        self.lift = Lift(group)
+        self.layer1 = RelaxedLayer(1, 2, 8, group, paths=paths, **kwargs)
+        self.layer2 = RelaxedLayer(2, 5, 8, group, paths=paths, stride=2, **kwargs)
+        self.pool = GroupPool(group)
+
+    def forward(self, x):
+        z = self.layer2(torch.relu(self.layer1(self.lift(x))))
+        return self.pool(z).mean(dim=(-2, -1))
+
+
+def fitted(model, backend, ggn="exact", seed=0):
+    """The evidence fitted on fixed random data; ``seed`` seeds the MC labels."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(22, 1, 8, 8, generator=g)
+    with torch.no_grad():
+        k = model(x[:1]).shape[-1]
+    y = torch.randint(k, (22,), generator=g)
+    prior = PriorStructure(model)
+    evidence = LaplaceEvidence(model, prior, backend=backend, ggn=ggn)
+    torch.manual_seed(seed)  # the MC labels
+    evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8))
+    return evidence
+
+
+def assert_same_evidence(native, reference, rtol=1e-6):
+    kn, kr = native.laplace.H_facs.kfacs, reference.laplace.H_facs.kfacs
+    assert len(kn) == len(kr) == native.prior.n_tensors
+    for block_n, block_r in zip(kn, kr, strict=True):
+        assert len(block_n) == len(block_r)
+        for a, b in zip(block_n, block_r, strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
+    log_delta = torch.linspace(-2.0, 1.5, native.prior.n_groups, requires_grad=True)
+    values, grads = [], []
+    for evidence in (native, reference):
+        value = evidence.log_marginal_likelihood(log_delta)
+        values.append(value)
+        grads.append(torch.autograd.grad(value, log_delta)[0])
+    assert values[0].item() == pytest.approx(values[1].item(), rel=rtol)
+    torch.testing.assert_close(
+        grads[0], grads[1], rtol=rtol, atol=rtol * float(grads[1].abs().max())
+    )
+
+
+MODELS = {
+    "C4 mixed": lambda: mixer(1, 10, 8, "C4", width=1),
+    "D4 mixed shared": lambda: mixer(1, 10, 8, "D4", width=1, gconv_mode="shared"),
+    "C4 dense fc": lambda: mixer(1, 10, 8, "C4", width=1, fc_mode="dense"),
+    "C4 fc only": lambda: mixer(1, 10, 8, "C4", paths=("fc",), width=1),
+    "D4 conv only": lambda: mixer(1, 10, 8, "D4", paths=("conv",), width=1),
+    "C4 gconv only": lambda: mixer(1, 10, 8, "C4", paths=("gconv",), width=1),
+    "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
+    "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("backend", ["asdl", pytest.param("curvlinops", marks=pytest.mark.slow)])
+def test_native_equals_stock_backends_with_zero_padding(float64, name, backend):
+    model = zero_padded(MODELS[name]())
+    assert_same_evidence(fitted(model, "native"), fitted(model, backend))
+
+
+@pytest.mark.parametrize("name", ["C4 mixed", "D4 mixed shared", "C4 mixed no head"])
+def test_native_equals_asdl_on_explicit_circular_padding(float64, name):
+    model = MODELS[name]()
+    assert_same_evidence(fitted(model, "native"), fitted(explicit_padding(model), "asdl"))
+
+
+@pytest.mark.parametrize("name", ["C4 mixed", "D4 fc+gconv no head"])
+def test_monte_carlo_ggn_samples_the_same_labels_as_asdl(float64, name):
+    model = zero_padded(MODELS[name]())
+    assert_same_evidence(fitted(model, "native", "mc", seed=3), fitted(model, "asdl", "mc", seed=3))
+
+
+def test_monte_carlo_ggn_is_unbiased(float64):
+    """The mean of many MC factors approaches the exact ones (B factors; A is exact)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 6), nn.Tanh(), nn.Linear(6, 4))
+    exact = fitted(model, "native").laplace.H_facs.kfacs
+    draws = [fitted(model, "native", "mc", seed=s).laplace.H_facs.kfacs for s in range(400)]
+    for i, block in enumerate(exact):
+        b = torch.stack([d[i][0] for d in draws])
+        stderr = b.std(0) / math.sqrt(len(draws))
+        assert ((b.mean(0) - block[0]).abs() <= 5 * stderr + 1e-12).all()
+
+
+def test_circular_patches_reproduce_the_weight_gradient(float64):
+    """Sum over positions of (output gradient) (patch)^T is the weight gradient exactly when
+    the patches are the circularly padded ones; the zero-padded patches of the stock
+    backends are not."""
+    conv = nn.Conv2d(2, 3, 3, padding=1, padding_mode="circular")
+    x = torch.randn(4, 2, 5, 5)
+    block = _ModuleBlock(conv)
+    handle = block.hook()
+    out = conv(x)
+    handle.remove()
+    g = torch.randn_like(out)
+    (grad,) = torch.autograd.grad(out, conv.weight, g)
+    rows = block.input_rows()  # (M, L, D)
+    g_rows = g.flatten(2).transpose(1, 2)  # (M, L, C_out)
+    torch.testing.assert_close(torch.einsum("mlc,mld->cd", g_rows, rows), grad.flatten(1))
+    zero_rows = F.unfold(x, 3, padding=1).transpose(1, 2)
+    assert not torch.allclose(torch.einsum("mlc,mld->cd", g_rows, zero_rows), grad.flatten(1))
+
+
+@pytest.mark.parametrize("delta", [0.1, 7.5])
+def test_native_regression_matches_bayesian_linear_regression(float64, delta):
+    from tests.marglik.test_evidence import blr_log_evidence, blr_problem
+
+    X, y, sigma = blr_problem()
+    model = nn.Linear(X.shape[1], 1, bias=False)
+    A = X.T @ X / sigma**2 + delta * torch.eye(X.shape[1])
+    with torch.no_grad():
+        model.weight.copy_(torch.linalg.solve(A, X.T @ y[:, 0] / sigma**2)[None])
+    evidence = LaplaceEvidence(
+        model, PriorStructure(model, "scalar"), likelihood="regression", sigma_noise=sigma
+    )
+    assert evidence.backend == "native"
+    evidence.fit(DataLoader(TensorDataset(X, y), batch_size=16))
+    laplace = evidence.log_marginal_likelihood(torch.tensor([math.log(delta)])).item()
+    assert laplace == pytest.approx(blr_log_evidence(X, y, sigma, delta).item(), rel=1e-6)
+
+
+def test_unsupported_modules_get_the_clear_error():
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(72, 3))
+    with pytest.raises(UnsupportedModuleError, match=r"1 \(BatchNorm2d\)"):
+        NativeGGN(model, "classification")
+    grouped = nn.Sequential(nn.Conv2d(2, 2, 3, groups=2), nn.Flatten(), nn.Linear(72, 3))
+    with pytest.raises(UnsupportedModuleError, match="groups=1"):
+        NativeGGN(grouped, "classification")
+
+
+def test_native_needs_a_kron_structure():
+    model = nn.Linear(3, 2)
+    from ella.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Kronecker factors only"):
+        LaplaceEvidence(model, PriorStructure(model), structure="full", backend="native")
+    assert LaplaceEvidence(model, PriorStructure(model), structure="full").backend == "asdl"
+
+
+def test_group_copies_share_the_gconv_filter_as_expand(float64):
+    """A GCONV-only layer on a constant image: every group copy and position sees the same
+    patch, so the input factor is |G| L copies of it divided by L (KFAC-expand)."""
+    group = get_group("C4")
+    layer = RelaxedLayer(1, 2, 4, "C4", paths=("gconv",))
+    model = nn.Sequential(Lift("C4"), layer, GroupPool("C4"), nn.Flatten(), nn.Linear(32, 3))
+    x = torch.ones(1, 1, 4, 4)
+    la = LaplaceEvidence(model, PriorStructure(model))
+    la.fit(DataLoader(TensorDataset(x, torch.tensor([1])), batch_size=1))
+    a = la.laplace.H_facs.kfacs[0][1]  # (G k^2)^2 input factor of the full group conv
+    patch = torch.ones(group.order * 9)
+    torch.testing.assert_close(a, group.order * torch.outer(patch, patch) / 1)
