@@ -224,8 +224,19 @@ class LaplaceEvidence:
     def n_data(self) -> int:
         return int(self.laplace.n_data)
 
-    def fit(self, loader: Iterable, progress: bool = False) -> None:
+    def fit(self, loader: Iterable, progress: bool = False, n_data: int | None = None) -> None:
         """Fit the GGN over all batches of ``loader`` at the model's current weights.
+
+        Args:
+            loader: batches ``(x, y)``; ``loader.dataset`` has ``M`` examples.
+            progress: show a progress bar.
+            n_data: the training-set size ``N`` when ``loader`` holds a subset of
+                ``M < N`` examples (stochastic subset evidence; Immer, van der Ouderaa,
+                van der Wilk, Rätsch & Schölkopf, ICML 2023, as in
+                ``aleximmer/ntk-marglik``): the log likelihood and every output factor
+                ``B`` are scaled by ``N / M``, the input factors ``A`` are the subset's
+                means, and the evidence is that of ``N`` points. Only for
+                ``structure="kron"``. Default: no scaling (``N = M``).
 
         Raises:
             TrainingDivergedError: the weights are not finite.
@@ -256,7 +267,21 @@ class LaplaceEvidence:
                     f"{self.prior.n_tensors} parameter tensors; a module is unsupported or "
                     "not called as module(x) in forward"
                 )
+        if n_data is not None and n_data != la.n_data:
+            self._scale_to(la, int(n_data))
         self._la = la
+
+    def _scale_to(self, la, n_data: int) -> None:
+        """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
+        if self.structure is not HessianStructure.KRON:
+            raise ConfigError("subset evidence (n_data) needs structure='kron'")
+        scale = n_data / la.n_data
+        for block in la.H_facs.kfacs:
+            block[0] = block[0] * scale  # output factor B (weight) or the whole bias block
+        la.loss = la.loss * scale
+        la.n_data = n_data
+        with dependency_may_not_exit("the Laplace fit"):
+            la.H = la.H_facs.decompose(damping=la.damping)
 
     def _layout(self):
         """The stock backends hook module calls: run FC paths one module per channel."""

@@ -104,6 +104,7 @@ class TrainConfig(Config):
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     marglik_batch_size: int = option(500, minimum=1)
+    marglik_subset_size: int | None = option(None, minimum=1)
     backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
     ggn: GGN = GGN.EXACT
@@ -134,6 +135,8 @@ class TrainConfig(Config):
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
                 "(the native backend gives Kronecker factors only)"
             )
+        if self.marglik_subset_size is not None and self.hessian != "kron":
+            raise ConfigError("--marglik-subset-size needs --hessian kron")
         if self.invariance == "learned" and self.hessian != "kron":
             raise ConfigError("learned invariance needs --hessian kron")
 
@@ -180,6 +183,9 @@ HELP: dict[str, str] = {
     "n_hypersteps": "Adam steps on the prior precisions per evidence fit",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "marglik_batch_size": "batch size of the evidence fit",
+    "marglik_subset_size": "fit the evidence on this many training images, drawn afresh "
+    "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
+    "whole training set (Immer et al., ICML 2023); unset: all training images",
     "backend": "curvature backend of the Laplace evidence",
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
     "cannot fit in memory is refused before training)",

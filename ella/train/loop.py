@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
 from ella.data import load_dataset
+from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
 from ella.errors import EvidenceError, InputDataError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
@@ -283,10 +284,19 @@ class Trainer:
             ggn=self.config.ggn,
         )
 
+    def evidence_data(self) -> Dataset:
+        """The training images of this evidence round: all of them, or a fresh class-balanced
+        subset of ``marglik_subset_size`` (a function of the seed and the epoch)."""
+        m = self.config.marglik_subset_size
+        if m is None or m >= self.n_train:
+            return self.data.train
+        generator = torch.Generator().manual_seed(self.config.seed * 31_337 + self.state.epoch)
+        return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
+
     def fit_evidence(self) -> LaplaceEvidence:
         evidence = self.make_evidence()
-        loader = DataLoader(self.data.train, batch_size=self.config.marglik_batch_size)
-        evidence.fit(loader, progress=self.config.progress)
+        loader = DataLoader(self.evidence_data(), batch_size=self.config.marglik_batch_size)
+        evidence.fit(loader, progress=self.config.progress, n_data=self.n_train)
         return evidence
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:

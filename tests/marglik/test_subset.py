@@ -1,0 +1,89 @@
+"""Stochastic subset evidence: M = N is the full evidence; M < N is the documented estimator."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+from ella.data.subsets import balanced_subset
+from ella.marglik import LaplaceEvidence, PriorStructure
+
+
+def problem(n=20, d=4, k=3):
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(d, k))
+    x, y = torch.randn(n, 1, 1, d, generator=g), torch.randint(k, (n,), generator=g)
+    return model, TensorDataset(x, y)
+
+
+def test_full_subset_is_the_full_evidence(float64):
+    model, data = problem()
+    prior = PriorStructure(model, "tensor")
+    log_delta = torch.tensor([0.3, -1.2])
+    values = []
+    for n_data in (None, len(data)):
+        evidence = LaplaceEvidence(model, prior)
+        evidence.fit(DataLoader(data, batch_size=7), n_data=n_data)
+        values.append(evidence.log_marginal_likelihood(log_delta).item())
+    assert values[0] == values[1]
+
+
+def test_subset_evidence_is_the_scaled_estimator_by_hand(float64):
+    model, data = problem()
+    n, idx = len(data), torch.tensor([1, 4, 5, 9, 12, 13, 17, 19])
+    m = len(idx)
+    prior = PriorStructure(model, "tensor")
+    evidence = LaplaceEvidence(model, prior)
+    evidence.fit(DataLoader(Subset(data, idx), batch_size=3), n_data=n)
+    log_delta = torch.tensor([0.3, -1.2])
+    value = evidence.log_marginal_likelihood(log_delta).item()
+
+    # by hand: B = N/M sum_S (diag p - p p^T), A = sum_S x x^T / M, log lik scaled by N/M
+    x, y = data.tensors[0][idx].flatten(1), data.tensors[1][idx]
+    lin = model[1]
+    with torch.no_grad():
+        logits = lin(x)
+        p = logits.softmax(-1)
+        B = (n / m) * sum(torch.diag(q) - torch.outer(q, q) for q in p)
+        A = x.T @ x / m
+        log_lik = -(n / m) * nn.functional.cross_entropy(logits, y, reduction="sum")
+        delta = log_delta.exp()
+        lam_b, lam_a = torch.linalg.eigvalsh(B), torch.linalg.eigvalsh(A)
+        log_det_post = torch.log(torch.outer(lam_b, lam_a).flatten() + delta[0]).sum()
+        log_det_post += torch.log(lam_b + delta[1]).sum()
+        log_det_prior = lin.weight.numel() * log_delta[0] + lin.bias.numel() * log_delta[1]
+        scatter = delta[0] * lin.weight.square().sum() + delta[1] * lin.bias.square().sum()
+        by_hand = log_lik - 0.5 * (log_det_post - log_det_prior + scatter)
+    assert value == pytest.approx(by_hand.item(), rel=1e-10)
+
+
+def test_balanced_subsets():
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 3)
+    idx = balanced_subset(labels, 30, torch.Generator().manual_seed(0))
+    assert len(idx) == len(set(idx.tolist())) == 30
+    counts = torch.bincount(labels[idx], minlength=3).tolist()
+    assert counts[2] == 3 and min(counts[:2]) >= 10  # the small class whole, others fill
+    again = balanced_subset(labels, 30, torch.Generator().manual_seed(0))
+    assert torch.equal(idx, again)
+    with pytest.raises(ValueError, match="between 1 and 83"):
+        balanced_subset(labels, 84, torch.Generator())
+
+
+def test_trainer_draws_a_fresh_subset_each_round(tmp_path):
+    from ella.train import TrainConfig, Trainer
+
+    cfg = TrainConfig(model="mlp", train_size=64, test_size=16, width=1, marglik_subset_size=20,
+                      progress=False)  # fmt: skip
+    trainer = Trainer(cfg, tmp_path)
+    first = trainer.evidence_data().indices
+    trainer.state.epoch += 1
+    second = trainer.evidence_data().indices
+    assert len(first) == len(second) == 20 and not torch.equal(first, second)
+    evidence = trainer.fit_evidence()
+    assert evidence.n_data == 64
+    full = Trainer(TrainConfig(model="mlp", train_size=64, test_size=16, width=1,
+                               marglik_subset_size=64, progress=False), tmp_path / "b")  # fmt: skip
+    assert full.evidence_data() is full.data.train
+    assert math.isfinite(evidence.log_marginal_likelihood(trainer.log_prior).item())
