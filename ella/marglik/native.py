@@ -17,9 +17,10 @@ weights, Eschenhagen et al., NeurIPS 2023), computed differently:
   ``2 C`` per-channel modules come from four batched ``einsum`` (no module is
   called or hooked one by one), which is what makes the fit cheap;
 * the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K``
-  backward passes for the exact GGN of ``K`` classes, vectorised with
-  ``is_grads_batched`` when the graph allows it) or as one Monte-Carlo column
-  (``stochastic=True``: a label sampled from the model's predictive).
+  backward passes for the exact GGN of ``K`` classes; each column's output
+  gradients are reduced to ``b b^T`` sums before the next, so memory holds one
+  column's gradients) or as one Monte-Carlo column (``stochastic=True``: a
+  label sampled from the model's predictive).
 
 Per batch and module with input rows ``a`` (``L`` positions) and output
 gradient rows ``b``, summed over the batch, the shared rows and the GGN's
@@ -85,16 +86,18 @@ class _ModuleBlock:
         return rows.T @ rows, length
 
     def output_factor(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """``sum b b^T`` over the columns (leading axis), the batch and shared rows."""
-        (g,) = grads  # (V, M, d_out) or (V, M, C_out, H, W)
+        """``sum b b^T`` over the batch and shared rows for one column of the GGN's root."""
+        (g,) = grads  # (M, d_out) or (M, C_out, H, W)
         if isinstance(self.module, nn.Conv2d):
-            return torch.einsum("vmchw,vmdhw->cd", g, g)
+            rows = g.transpose(0, 1).reshape(g.shape[1], -1)  # (C_out, M H W)
+            return rows @ rows.T
         rows = g.reshape(-1, g.shape[-1])
         return rows.T @ rows
 
-    def kfacs(self, grads: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+    def kfacs(self, b: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+        """The blocks from the summed output factors ``b`` (:meth:`output_factor`)."""
+        (b,) = b
         a, length = self.input_factor()
-        b = self.output_factor(grads)
         weight = [b, a / (length * n_data)]
         if b.numel() == 1 and weight[1].numel() == 1:  # as laplace-torch: a scalar block
             weight = [b * a / length]
@@ -121,16 +124,21 @@ class _FCPathBlock:
     def outputs(self) -> list[torch.Tensor]:
         return [self.path._capture["t"], self.path._capture["out"]]
 
-    def kfacs(self, grads: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+    def output_factor(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per-channel ``sum b b^T`` of both stages for one column of the GGN's root."""
+        grad_t, grad_out = grads  # (M, Co, Ci), (M, Co, Sout)
+        b_pixel = torch.einsum("moi,mpi->iop", grad_t, grad_t)  # (Ci, Co, Co)
+        b_channel = torch.einsum("moy,moz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
+        return [b_pixel, b_channel]
+
+    def kfacs(self, b: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
         x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci)
-        grad_t, grad_out = grads  # (V, M, Co, Ci), (V, M, Co, Sout)
+        b_pixel, b_channel = b
         a_pixel = torch.einsum("mix,miy->ixy", x, x) / n_data  # (Ci, Sin, Sin)
-        b_pixel = torch.einsum("vmoi,vmpi->iop", grad_t, grad_t)  # (Ci, Co, Co)
         a_channel = torch.einsum("moi,moj->oij", t, t) / n_data  # (Co, Ci, Ci)
-        b_channel = torch.einsum("vmoy,vmoz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
-        kfacs = [[b, a] for b, a in zip(b_pixel, a_pixel, strict=True)]
-        for b, a in zip(b_channel, a_channel, strict=True):
-            kfacs += [[b, a], [b]]
+        kfacs = [[bi, ai] for bi, ai in zip(b_pixel, a_pixel, strict=True)]
+        for bo, ao in zip(b_channel, a_channel, strict=True):
+            kfacs += [[bo, ao], [bo]]
         return kfacs
 
 
@@ -219,21 +227,30 @@ class NativeGGN(CurvatureInterface):
         eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
         return p.T.sqrt()[:, :, None] * (eye[:, None, :] - p[None])  # (K, M, K)
 
-    def _output_gradients(
+    def _output_factors(
         self, f: torch.Tensor, outputs: list[torch.Tensor], columns: torch.Tensor
-    ) -> list[torch.Tensor]:
-        """``J_out^T v`` for every recorded output and every column: (V, *output.shape)."""
-        try:
-            return list(
-                torch.autograd.grad(
-                    f, outputs, grad_outputs=columns, retain_graph=True, is_grads_batched=True
-                )
+    ) -> list[list[torch.Tensor]]:
+        """Per block, ``sum b b^T`` with ``b = J_out^T v`` summed over the columns ``v``; one
+        backward pass per column, each column's gradients reduced before the next."""
+        sums: list[list[torch.Tensor]] | None = None
+        for i, v in enumerate(columns):
+            grads = torch.autograd.grad(
+                f, outputs, grad_outputs=v, retain_graph=i < len(columns) - 1
             )
-        except (RuntimeError, NotImplementedError):  # an op without a batching rule
-            per_column = [
-                torch.autograd.grad(f, outputs, grad_outputs=v, retain_graph=True) for v in columns
-            ]
-            return [torch.stack(gs) for gs in zip(*per_column, strict=True)]
+            with torch.no_grad():
+                per_block, start = [], 0
+                for block in self.blocks:
+                    n = len(block.outputs())
+                    factor = block.output_factor(list(grads[start : start + n]))
+                    per_block.append(factor if isinstance(factor, list) else [factor])
+                    start += n
+            if sums is None:
+                sums = per_block
+            else:
+                for total, new in zip(sums, per_block, strict=True):
+                    for j, t in enumerate(new):
+                        total[j] = total[j] + t
+        return sums
 
     def kron(
         self, x: torch.Tensor, y: torch.Tensor, N: int, **kwargs: Any
@@ -244,13 +261,11 @@ class NativeGGN(CurvatureInterface):
             with torch.enable_grad():
                 f = self.model(x)
                 outputs = [t for block in self.blocks for t in block.outputs()]
-                grads = self._output_gradients(f, outputs, self._columns(f))
-            kfacs, start = [], 0
+                b_sums = self._output_factors(f, outputs, self._columns(f))
+            kfacs = []
             with torch.no_grad():
-                for block in self.blocks:
-                    n = len(block.outputs())
-                    kfacs += block.kfacs([g.detach() for g in grads[start : start + n]], N)
-                    start += n
+                for block, b in zip(self.blocks, b_sums, strict=True):
+                    kfacs += block.kfacs(b, N)
         finally:
             for handle in handles:
                 handle.remove()
