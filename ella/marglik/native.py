@@ -40,12 +40,22 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
-from ella.nn.paths import FCPath
+from ella.nn.paths import FCPath, GConvPath
 
 __all__ = ["NativeGGN", "curvature_blocks"]
 
 
 # ---------------------------------------------------------------- blocks
+def _patches(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """The patches ``conv`` multiplies, (M, L, C k_h k_w), padded by its own padding mode."""
+    if conv.padding_mode != "zeros":
+        x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
+        padding = 0
+    else:
+        padding = conv.padding
+    return F.unfold(x, conv.kernel_size, conv.dilation, padding, conv.stride).transpose(1, 2)
+
+
 class _ModuleBlock:
     """An ``nn.Linear`` or ``nn.Conv2d``: one weight block ``[B, A]`` and a bias block ``[B]``."""
 
@@ -71,12 +81,7 @@ class _ModuleBlock:
         m, x = self.module, self.inputs
         if isinstance(m, nn.Linear):
             return x.reshape(x.shape[0], -1, x.shape[-1])
-        if m.padding_mode != "zeros":
-            x = F.pad(x, m._reversed_padding_repeated_twice, mode=m.padding_mode)
-            padding = 0
-        else:
-            padding = m.padding
-        return F.unfold(x, m.kernel_size, m.dilation, padding, m.stride).transpose(1, 2)
+        return _patches(m, x)
 
     def input_factor(self) -> tuple[torch.Tensor, int]:
         """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
@@ -102,6 +107,42 @@ class _ModuleBlock:
         if b.numel() == 1 and weight[1].numel() == 1:  # as laplace-torch: a scalar block
             weight = [b * a / length]
         return [weight] + ([[b]] if self.module.bias is not None else [])
+
+
+class _GConvFullBlock(_ModuleBlock):
+    """The convolution of a full :class:`~ella.nn.GConvPath`: its input rows for output copy
+    ``h`` are the lifted input's patches with the group copies permuted (``k -> k h``), so
+    ``A = sum_h P_h A_0 P_h^T`` with ``A_0`` from the un-gathered input: ``|G|`` times
+    fewer rows to multiply than the gathered input the conv sees (the same factor)."""
+
+    def __init__(self, path: GConvPath):
+        super().__init__(path.conv)
+        self.path = path
+        self.lifted: torch.Tensor | None = None
+
+    def hook(self) -> Any:
+        def record(module, inputs, output):
+            self.lifted = inputs[0]
+
+        handles = [super().hook(), self.path.register_forward_hook(record)]
+
+        class _Handles:
+            def remove(self) -> None:
+                for h in handles:
+                    h.remove()
+
+        return _Handles()
+
+    def input_factor(self) -> tuple[torch.Tensor, int]:
+        m, z = self.module, self.lifted  # z: (B, G, C, H, W)
+        b, g, c, h, w = z.shape
+        patches = _patches(m, z.reshape(b, g * c, h, w))  # (B, L, G C k k)
+        d, length = patches.shape[-1], patches.shape[1]
+        rows = patches.reshape(-1, d)
+        a0 = (rows.T @ rows).reshape(g, d // g, g, d // g)
+        gather = self.path.gather  # gather[h, k] = index of the copy k h
+        a = sum(a0[gather[i]][:, :, gather[i]] for i in range(g))
+        return a.reshape(d, d), length
 
 
 class _FCPathBlock:
@@ -153,7 +194,7 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
 
     check_supported(model)
     blocks: list[_ModuleBlock | _FCPathBlock] = []
-    inside_fc: set[int] = set()
+    inside_fc: set[int] = set()  # modules handled by their path's block
     owners: list[int] = []  # id of each block's parameters, in block order
     for name, m in model.named_modules():
         if id(m) in inside_fc:
@@ -163,6 +204,11 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
             if any(p.requires_grad for p in m.parameters()):
                 inside_fc.update(id(c) for c in m.modules())
                 blocks.append(_FCPathBlock(m))
+                owners += [id(p) for p in m.parameters() if p.requires_grad]
+        elif isinstance(m, GConvPath) and m.mode == "full":
+            if any(p.requires_grad for p in m.parameters()):
+                inside_fc.update(id(c) for c in m.modules())
+                blocks.append(_GConvFullBlock(m))
                 owners += [id(p) for p in m.parameters() if p.requires_grad]
         elif trainable:
             if isinstance(m, nn.Conv2d) and (m.groups != 1 or isinstance(m.padding, str)):
