@@ -1,20 +1,24 @@
-"""Cost of learning the priors: MAP training vs ELLA training, evidence fit vs epoch, memory.
+"""Cost of learning the priors: training step, epoch, evidence fits by backend, memory.
 
-In one process, on the same model and data (``TrainConfig`` below):
+All in one process on the default model and data (``TrainConfig()``: the
+8-layer FC+CONV+GCONV mixer, width 2, C4, 1000 images of the embedded MNIST
+subset at 28x28), measured side by side because these machines are noisy:
 
-* MAP-only training time (``learn_priors=False``) and ELLA training time at the
-  paper's schedule (evidence every 5 epochs, 20 hypersteps) over the same epochs;
-* one KFAC evidence fit over the training set against one training epoch,
-  and the 20 hypersteps that reuse the fit;
-* peak resident memory of a MAP epoch and of an evidence fit, each measured in
-  a fresh child process (``VmHWM`` of ``/proc/self/status``; ``ru_maxrss``
-  would report the parent's peak, which a forked child inherits), because a
-  process's peak only grows. The MAP-only run also fits the evidence once at
-  the end, for its effective-parameter report.
+* the training step (forward + backward + Adam on a batch of 128), with the FC
+  paths' batched forward and with the per-channel module loop of before
+  (``ella.nn.per_module_calls``), and one epoch;
+* one evidence fit over the 1000 training images with the native backend
+  (exact and MC GGN) and with ASDL (exact and MC), each as a multiple of one
+  epoch;
+* ELLA / MAP training time at the default schedule (10 epochs, evidence after
+  epochs 6 and 9, 20 hypersteps);
+* this machine's fp32 matmul GFLOP/s and the model's FLOPs per training step
+  (``torch.utils.flop_counter``), so the fraction of the limit the step reaches
+  is printed;
+* peak resident memory of one epoch and of one native evidence fit, each in a
+  fresh child process (``VmHWM``; a forked child would inherit the parent's).
 
-Timings are ratios within one process; these machines are noisy.
-
-    python -m benchmarks.speed                 # cpu profile, about 4 minutes on 2 cores
+    python -m benchmarks.speed                 # cpu profile, about 8 minutes on 2 cores
     python -m benchmarks.speed --profile paper # the paper's sizes (60000 images, GPU)
 """
 
@@ -26,32 +30,80 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
 
 from benchmarks._common import environment, write_results
-from ella.train import TrainConfig, Trainer, evidence_epochs
+from ella.nn import per_module_calls
+from ella.train import TrainConfig, Trainer
 
 PROFILES = {
-    "cpu": dict(train_size=1000, test_size=500, epochs=10, n_epochs_burnin=5, marglik_frequency=5),
-    "paper": dict(
-        dataset="mnist",
-        train_size=None,
-        test_size=None,
-        epochs=20,
-        n_epochs_burnin=10,
-        marglik_frequency=5,
-        batch_size=500,
-        optimizer="sgd",
-        lr=0.1,
-    ),
+    "cpu": dict(test_size=500),
+    "paper": dict(dataset="mnist", train_size=None, test_size=None, batch_size=500),
 }
 
 
 def config_for(profile: str, **overrides) -> TrainConfig:
-    values = dict(PROFILES[profile], n_hypersteps=20, progress=False)
+    values = dict(PROFILES[profile], progress=False)
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def median_seconds(fn, repeats: int = 5) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def matmul_gflops(n: int = 2048) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n**3 / median_seconds(lambda: a @ b) / 1e9
+
+
+def step_timing(trainer: Trainer) -> dict:
+    """ms per training step (batched FC forward and per-module loop) and FLOPs per step."""
+    cfg = trainer.config
+    x, y = (
+        trainer.data.train.tensors[0][: cfg.batch_size],
+        trainer.data.train.tensors[1][: cfg.batch_size],
+    )
+
+    def step(layout=nullcontext):
+        with layout():
+            loss = F.cross_entropy(trainer.model(x), y)
+            trainer.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            trainer.optimizer.step()
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss = F.cross_entropy(trainer.model(x), y)
+        loss.backward()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    batched, looped = [], []
+    for _ in range(2):  # interleaved rounds
+        batched.append(median_seconds(step))
+        looped.append(median_seconds(lambda: step(per_module_calls)))
+    return {
+        "step_ms": 1e3 * min(batched),
+        "step_ms_per_module_loop": 1e3 * min(looped),
+        "flop_per_step": counter.get_total_flops(),
+    }
+
+
+def fit_seconds(trainer: Trainer, backend: str, ggn: str) -> float:
+    trainer.config.backend, trainer.config.ggn = backend, ggn
+    start = time.perf_counter()
+    trainer.fit_evidence()
+    return time.perf_counter() - start
 
 
 def timed_run(config: TrainConfig) -> float:
@@ -61,32 +113,14 @@ def timed_run(config: TrainConfig) -> float:
         return time.perf_counter() - start
 
 
-def phase_times(config: TrainConfig) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(config, out)
-        start = time.perf_counter()
-        trainer.train_epoch()
-        epoch = time.perf_counter() - start
-        start = time.perf_counter()
-        evidence = trainer.fit_evidence()
-        fit = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(config.n_hypersteps):
-            trainer.hyper_optimizer.zero_grad()
-            (-evidence.log_marginal_likelihood(trainer.log_prior)).backward()
-            trainer.hyper_optimizer.step()
-        hyper = time.perf_counter() - start
-    return {"epoch_s": epoch, "evidence_fit_s": fit, "hypersteps_s": hyper}
-
-
 def child_peak_memory(profile: str, phase: str) -> float:
-    """Peak RSS in MiB of a fresh process doing one MAP epoch or one evidence fit."""
+    """Peak RSS in MiB of a fresh process doing one epoch or one native evidence fit."""
     code = (
         "import tempfile;"
         "from benchmarks.speed import config_for;"
         "from ella.train import Trainer;"
         f"t = Trainer(config_for({profile!r}), tempfile.mkdtemp());"
-        + ("t.train_epoch();" if phase == "map_epoch" else "t.fit_evidence();")
+        + ("t.train_epoch();" if phase == "epoch" else "t.fit_evidence();")
         + "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
     )
     out = subprocess.run(
@@ -102,60 +136,86 @@ def main() -> None:
     torch.manual_seed(0)
     start = time.time()
     base = config_for(args.profile)
-    print("MAP-only run ...", flush=True)
+    gflops = matmul_gflops()
+    print(f"matmul {gflops:.0f} GFLOP/s; steps ...", flush=True)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(config_for(args.profile), out)
+        steps = step_timing(trainer)
+        epoch = median_seconds(trainer.train_epoch, repeats=3)
+        fits = {}
+        for backend in ("native", "asdl"):
+            for ggn in ("exact", "mc"):
+                print(f"evidence fit {backend} {ggn} ...", flush=True)
+                fits[f"{backend}_{ggn}"] = fit_seconds(trainer, backend, ggn)
+    print("MAP and ELLA runs ...", flush=True)
     map_s = timed_run(config_for(args.profile, learn_priors=False))
-    print("ELLA run ...", flush=True)
     ella_s = timed_run(base)
-    print("phases ...", flush=True)
-    phases = phase_times(base)
-    memory = {p: child_peak_memory(args.profile, p) for p in ("map_epoch", "evidence_fit")}
-    rounds = len(evidence_epochs(base))
+    memory = {p: child_peak_memory(args.profile, p) for p in ("epoch", "evidence_fit")}
+    achieved = steps["flop_per_step"] / (steps["step_ms"] / 1e3) / 1e9
     payload = {
         "profile": args.profile,
         "command": f"python -m benchmarks.speed --profile {args.profile}",
         "config": base.to_dict(),
         "environment": environment(),
-        "evidence_rounds": rounds,
+        "matmul_gflops": gflops,
+        **steps,
+        "step_speedup_over_module_loop": steps["step_ms_per_module_loop"] / steps["step_ms"],
+        "step_gflops": achieved,
+        "step_fraction_of_matmul": achieved / gflops,
+        "epoch_s": epoch,
+        "fit_s": fits,
+        "fit_over_epoch_native_exact": fits["native_exact"] / epoch,
+        "fit_over_epoch_native_mc": fits["native_mc"] / epoch,
+        "fit_over_epoch_asdl_exact": fits["asdl_exact"] / epoch,
+        "fit_over_epoch_asdl_mc": fits["asdl_mc"] / epoch,
         "map_training_s": map_s,
         "ella_training_s": ella_s,
         "ella_over_map": ella_s / map_s,
-        **phases,
-        "evidence_fit_over_epoch": phases["evidence_fit_s"] / phases["epoch_s"],
         "peak_rss_mib": memory,
+        "fit_peak_over_epoch_peak": memory["evidence_fit"] / memory["epoch"],
         "wall_time_s": time.time() - start,
     }
-    cfg = base
+    env, cfg = payload["environment"], base
+    rows = [
+        (f"training step, batch {cfg.batch_size} [ms]", f"{steps['step_ms']:.0f}"),
+        ("same step with the per-channel FC loop of before [ms]",
+         f"{steps['step_ms_per_module_loop']:.0f}"),
+        ("FLOPs per step [GFLOP]", f"{steps['flop_per_step'] / 1e9:.1f}"),
+        ("step throughput [GFLOP/s] (fraction of fp32 matmul)",
+         f"{achieved:.1f} ({100 * payload['step_fraction_of_matmul']:.0f}% of {gflops:.0f})"),
+        ("one epoch [s]", f"{epoch:.2f}"),
+        *[(f"evidence fit, {k.replace('_', ' ')} [s] (/ epoch)",
+           f"{v:.1f} ({v / epoch:.1f})") for k, v in fits.items()],
+        ("MAP training [s]", f"{map_s:.1f}"),
+        ("ELLA training [s] (/ MAP)", f"{ella_s:.1f} ({payload['ella_over_map']:.2f})"),
+        ("peak RSS, one epoch [MiB]", f"{memory['epoch']:.0f}"),
+        ("peak RSS, one native exact evidence fit [MiB] (/ epoch)",
+         f"{memory['evidence_fit']:.0f} ({payload['fit_peak_over_epoch_peak']:.2f})"),
+    ]  # fmt: skip
     md = "\n".join(
         [
             "# Cost of learning layer-wise priors",
             "",
-            f"`{payload['command']}` on {payload['environment']['device']}, "
-            f"{payload['environment']['threads']} threads, {payload['environment']['date']}. "
-            f"Mixer width {cfg.width}, paths {'+'.join(cfg.paths)}, {cfg.dataset} "
-            f"({cfg.train_size or 'all'} training images), {cfg.epochs} epochs, batch "
-            f"{cfg.batch_size}; ELLA fits the evidence after epochs "
-            f"{cfg.n_epochs_burnin}+ every {cfg.marglik_frequency} ({rounds} rounds, "
-            f"{cfg.n_hypersteps} hypersteps each), plus once more for the final report "
-            "unless the best-evidence state is the last round's.",
+            f"`{payload['command']}` on {env['device']} ({env['cpu']}), {env['threads']} "
+            f"threads, {env['date']}, {payload['wall_time_s'] / 60:.0f} min. Default model: "
+            f"mixer width {cfg.width}, paths {'+'.join(cfg.paths)}, group {cfg.group}, "
+            f"{cfg.dataset} ({cfg.train_size or 'all'} training images, 28x28), batch "
+            f"{cfg.batch_size}; evidence fits over all training images (batch "
+            f"{cfg.marglik_batch_size}); ELLA and MAP runs at the default schedule "
+            f"({cfg.epochs} epochs, evidence after epoch {cfg.n_epochs_burnin}+ every "
+            f"{cfg.marglik_frequency}, {cfg.n_hypersteps} hypersteps, native exact GGN).",
             "",
             "| quantity | value |",
             "|---|---:|",
-            f"| MAP-only training (incl. one evidence fit for its report) [s] | {map_s:.1f} |",
-            f"| ELLA training [s] | {ella_s:.1f} |",
-            f"| ELLA / MAP time | {payload['ella_over_map']:.2f} |",
-            f"| one training epoch [s] | {phases['epoch_s']:.2f} |",
-            f"| one evidence fit (KFAC over the training set) [s] | "
-            f"{phases['evidence_fit_s']:.2f} |",
-            f"| evidence fit / epoch | {payload['evidence_fit_over_epoch']:.1f} |",
-            f"| {cfg.n_hypersteps} hypersteps reusing the fit [s] | {phases['hypersteps_s']:.2f} |",
-            f"| peak RSS, MAP epoch [MiB] | {memory['map_epoch']:.0f} |",
-            f"| peak RSS, evidence fit [MiB] | {memory['evidence_fit']:.0f} |",
+            *[f"| {k} | {v} |" for k, v in rows],
             "",
         ]
     )
     write_results(f"speed_{args.profile}", payload, md)
     print(md)
-    print(json.dumps(payload["peak_rss_mib"]))
+    print(
+        json.dumps({k: payload[k] for k in payload if k.startswith("fit_over") or k == "step_ms"})
+    )
 
 
 if __name__ == "__main__":

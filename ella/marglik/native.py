@@ -99,13 +99,19 @@ class _ModuleBlock:
         rows = g.reshape(-1, g.shape[-1])
         return rows.T @ rows
 
-    def kfacs(self, b: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
-        """The blocks from the summed output factors ``b`` (:meth:`output_factor`)."""
-        (b,) = b
+    def input_sums(self) -> list[torch.Tensor]:
+        """``sum a a^T / L`` of the recorded inputs (added up over chunks of a batch)."""
         a, length = self.input_factor()
-        weight = [b, a / (length * n_data)]
-        if b.numel() == 1 and weight[1].numel() == 1:  # as laplace-torch: a scalar block
-            weight = [b * a / length]
+        return [a / length]
+
+    def assemble(
+        self, a_sums: list[torch.Tensor], b_sums: list[torch.Tensor], n_data: int
+    ) -> list[list[torch.Tensor]]:
+        """The blocks from the summed factors: weight ``[B, A / N]`` and bias ``[B]``."""
+        (a,), (b,) = a_sums, b_sums
+        weight = [b, a / n_data]
+        if b.numel() == 1 and a.numel() == 1:  # as laplace-torch: a scalar block, unscaled
+            weight = [b * a]
         return [weight] + ([[b]] if self.module.bias is not None else [])
 
 
@@ -172,11 +178,17 @@ class _FCPathBlock:
         b_channel = torch.einsum("moy,moz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
         return [b_pixel, b_channel]
 
-    def kfacs(self, b: list[torch.Tensor], n_data: int) -> list[list[torch.Tensor]]:
+    def input_sums(self) -> list[torch.Tensor]:
         x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci)
-        b_pixel, b_channel = b
-        a_pixel = torch.einsum("mix,miy->ixy", x, x) / n_data  # (Ci, Sin, Sin)
-        a_channel = torch.einsum("moi,moj->oij", t, t) / n_data  # (Co, Ci, Ci)
+        a_pixel = torch.einsum("mix,miy->ixy", x, x)  # (Ci, Sin, Sin)
+        a_channel = torch.einsum("moi,moj->oij", t, t)  # (Co, Ci, Ci)
+        return [a_pixel, a_channel]
+
+    def assemble(
+        self, a_sums: list[torch.Tensor], b_sums: list[torch.Tensor], n_data: int
+    ) -> list[list[torch.Tensor]]:
+        a_pixel, a_channel = (a / n_data for a in a_sums)
+        b_pixel, b_channel = b_sums
         kfacs = [[bi, ai] for bi, ai in zip(b_pixel, a_pixel, strict=True)]
         for bo, ao in zip(b_channel, a_channel, strict=True):
             kfacs += [[bo, ao], [bo]]
@@ -236,6 +248,8 @@ class NativeGGN(CurvatureInterface):
         stochastic: one Monte-Carlo column of the GGN's square root per example
             (a label drawn from the model's predictive, ``e_y - p``; for
             regression ``eps ~ N(0, I)``) instead of the exact ``K`` columns.
+        chunk_size: examples per forward/backward inside a batch (the factors are sums,
+            so the chunking changes memory, not the result).
         last_layer, subnetwork_indices: not supported (the whole network).
     """
 
@@ -248,11 +262,13 @@ class NativeGGN(CurvatureInterface):
         dict_key_x: str = "input_ids",
         dict_key_y: str = "labels",
         stochastic: bool = False,
+        chunk_size: int = 64,
     ):
         if last_layer or subnetwork_indices is not None:
             raise ValueError("the native backend computes the whole network's curvature only")
         super().__init__(model, likelihood, last_layer, subnetwork_indices, dict_key_x, dict_key_y)
         self.stochastic = stochastic
+        self.chunk_size = int(chunk_size)
         self.blocks = curvature_blocks(model)
 
     def _columns(self, f: torch.Tensor) -> torch.Tensor:
@@ -298,25 +314,45 @@ class NativeGGN(CurvatureInterface):
                         total[j] = total[j] + t
         return sums
 
-    def kron(
-        self, x: torch.Tensor, y: torch.Tensor, N: int, **kwargs: Any
-    ) -> tuple[torch.Tensor, Kron]:
-        """Loss and Kronecker factors of one batch (``AsdlGGN.kron``'s layout and scaling)."""
+    def _chunk_sums(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+        """Outputs, and per block the input and output factor sums of one chunk."""
         handles = [block.hook() for block in self.blocks]
         try:
             with torch.enable_grad():
                 f = self.model(x)
                 outputs = [t for block in self.blocks for t in block.outputs()]
                 b_sums = self._output_factors(f, outputs, self._columns(f))
-            kfacs = []
             with torch.no_grad():
-                for block, b in zip(self.blocks, b_sums, strict=True):
-                    kfacs += block.kfacs(b, N)
+                a_sums = [block.input_sums() for block in self.blocks]
         finally:
             for handle in handles:
                 handle.remove()
+        return f.detach(), a_sums, b_sums
+
+    def kron(
+        self, x: torch.Tensor, y: torch.Tensor, N: int, **kwargs: Any
+    ) -> tuple[torch.Tensor, Kron]:
+        """Loss and Kronecker factors of one batch (``AsdlGGN.kron``'s layout and scaling),
+        computed over chunks of at most ``chunk_size`` examples (same sums, less memory)."""
+        a_total = b_total = None
+        outputs = []
+        for xc in torch.split(x, self.chunk_size):
+            f, a_sums, b_sums = self._chunk_sums(xc)
+            outputs.append(f)
+            if a_total is None:
+                a_total, b_total = a_sums, b_sums
+            else:
+                for totals, sums in ((a_total, a_sums), (b_total, b_sums)):
+                    for block_total, block in zip(totals, sums, strict=True):
+                        for j, t in enumerate(block):
+                            block_total[j] = block_total[j] + t
+        kfacs = []
+        for block, a, b in zip(self.blocks, a_total, b_total, strict=True):
+            kfacs += block.assemble(a, b, N)
         target = y if self.likelihood == "regression" else y.view(-1)
-        loss = self.lossfunc(f.detach(), target)
+        loss = self.lossfunc(torch.cat(outputs), target)
         return self.factor * loss, Kron(kfacs)
 
     def full(self, x, y, **kwargs):

@@ -222,3 +222,16 @@ def test_group_copies_share_the_gconv_filter_as_expand(float64):
     a = la.laplace.H_facs.kfacs[0][1]  # (G k^2)^2 input factor of the full group conv
     patch = torch.ones(group.order * 9)
     torch.testing.assert_close(a, group.order * torch.outer(patch, patch) / 1)
+
+
+def test_chunking_a_batch_changes_nothing(float64):
+    model = MODELS["C4 mixed"]()
+    x, y = torch.randn(10, 1, 8, 8), torch.randint(10, (10,))
+    results = []
+    for chunk in (3, 128):
+        loss, kron = NativeGGN(model, "classification", chunk_size=chunk).kron(x, y, N=40)
+        results.append((loss, kron.kfacs))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for block_a, block_b in zip(results[0][1], results[1][1], strict=True):
+        for a, b in zip(block_a, block_b, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
