@@ -160,6 +160,83 @@ def _check_finite_weights(model: nn.Module) -> None:
         )
 
 
+class KronEvidenceTerms:
+    """The Kronecker-factored log evidence as a function of one precision per tensor.
+
+    laplace-torch evaluates ``log det(H + P)`` block by block in Python (about a
+    thousand blocks for the default mixer: 0.6 s per hyperparameter step on 2 CPU
+    threads). With the factors eigendecomposed once, every term is a sum over the
+    parameters of a function of that parameter's precision ``delta_t`` (Immer et al.,
+    ICML 2021, Sec. 4; Martens & Grosse, ICML 2015, for the Kronecker eigenvalues):
+
+    * ``log det(H + P) = sum_t sum_i log(h lambda_{t,i} + delta_t)`` with
+      ``lambda_t = lambda_B (x) lambda_A`` the eigenvalues of tensor ``t``'s block and
+      ``h`` laplace-torch's ``_H_factor`` (``1 / sigma^2``);
+    * ``log det P = sum_t n_t log delta_t``;
+    * ``theta^T P theta = sum_t delta_t ||theta_t - mu_t||^2``.
+
+    So the eigenvalues of all blocks are concatenated once, with the tensor each
+    belongs to, and every evaluation is one gather, one ``log`` and a sum.
+    The log likelihood term is laplace-torch's (fixed after the fit).
+
+    Attributes:
+        eigenvalues: ``h lambda`` of every parameter, concatenated over tensors (P,).
+        tensor_index: the parameter tensor of each eigenvalue (P,), long.
+        numels: parameters per tensor (T,).
+        squared_norms: ``||theta_t - mu_t||^2`` per tensor (T,).
+        log_likelihood: ``log p(D | theta)`` at the fitted weights (scalar).
+    """
+
+    def __init__(
+        self,
+        eigenvalues: torch.Tensor,
+        tensor_index: torch.Tensor,
+        numels: torch.Tensor,
+        squared_norms: torch.Tensor,
+        log_likelihood: torch.Tensor,
+    ):
+        self.eigenvalues = eigenvalues
+        self.tensor_index = tensor_index
+        self.numels = numels
+        self.squared_norms = squared_norms
+        self.log_likelihood = log_likelihood
+
+    @classmethod
+    @torch.no_grad()
+    def from_laplace(cls, la) -> KronEvidenceTerms:
+        """Gather the terms of a fitted laplace-torch ``KronLaplace`` (undamped)."""
+        if la.damping:
+            raise ConfigError("the fast Kronecker evidence assumes an undamped KronLaplace")
+        factor = float(la._H_factor)
+        lams, index = [], []
+        for t, eigs in enumerate(la.H.eigenvalues):
+            lam = eigs[0] if len(eigs) == 1 else torch.outer(eigs[0], eigs[1]).flatten()
+            lams.append(lam * factor)
+            index.append(torch.full((lam.numel(),), t, dtype=torch.long, device=lam.device))
+        numels = torch.tensor([len(v) for v in lams], dtype=lams[0].dtype, device=lams[0].device)
+        diff = la.mean - la.prior_mean
+        sizes = [int(n) for n in numels.tolist()]
+        squared = torch.stack([(d * d).sum() for d in torch.split(diff.detach(), sizes)])
+        return cls(
+            torch.cat(lams),
+            torch.cat(index),
+            numels,
+            squared.to(numels.dtype),
+            la.log_likelihood.detach(),
+        )
+
+    def log_marginal_likelihood(
+        self, prior: PriorStructure, log_prior_precision: torch.Tensor
+    ) -> torch.Tensor:
+        """``log p(D|theta) - 1/2 [log det(H + P) - log det P + theta^T P theta]``."""
+        log_delta = prior.expand(log_prior_precision).to(self.eigenvalues)  # (T,)
+        delta = log_delta.exp()
+        log_det_posterior = torch.log(self.eigenvalues + delta[self.tensor_index]).sum()
+        log_det_prior = (self.numels * log_delta).sum()
+        scatter = (delta * self.squared_norms).sum()
+        return self.log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
+
+
 class LaplaceEvidence:
     """The log marginal likelihood of ``model`` as a function of group log precisions.
 
@@ -208,6 +285,7 @@ class LaplaceEvidence:
             )
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type")
+        self._terms: KronEvidenceTerms | None = None
         if self.structure is HessianStructure.KRON:
             check_supported(model)
         check_memory(model, self.structure)
@@ -270,6 +348,9 @@ class LaplaceEvidence:
         if n_data is not None and n_data != la.n_data:
             self._scale_to(la, int(n_data))
         self._la = la
+        self._terms = (
+            KronEvidenceTerms.from_laplace(la) if self.structure is HessianStructure.KRON else None
+        )
 
     def _scale_to(self, la, n_data: int) -> None:
         """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
@@ -299,7 +380,22 @@ class LaplaceEvidence:
             )
 
     def log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
-        """Laplace log evidence for per-group log precisions (n_groups,); differentiable."""
+        """Laplace log evidence for per-group log precisions (n_groups,); differentiable.
+
+        With ``structure="kron"`` it is evaluated from the eigenvalues gathered once
+        after the fit (:class:`KronEvidenceTerms`, a few vector operations); otherwise by
+        laplace-torch's ``log_marginal_likelihood``. Both give the same value
+        (``tests/marglik/test_fast_evidence.py``).
+        """
+        la = self.laplace
+        if self._terms is not None:
+            return self._terms.log_marginal_likelihood(self.prior, log_prior_precision)
+        precision = self.prior.expand(log_prior_precision.exp()).to(la._dtype)
+        with dependency_may_not_exit("the log marginal likelihood"):
+            return la.log_marginal_likelihood(prior_precision=precision)
+
+    def laplace_log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
+        """The same value computed by laplace-torch itself, block by block (the reference)."""
         la = self.laplace
         precision = self.prior.expand(log_prior_precision.exp()).to(la._dtype)
         with dependency_may_not_exit("the log marginal likelihood"):
