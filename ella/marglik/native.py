@@ -56,6 +56,48 @@ def _patches(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     return F.unfold(x, conv.kernel_size, conv.dilation, padding, conv.stride).transpose(1, 2)
 
 
+def _is_circular_same(conv: nn.Conv2d) -> bool:
+    """A stride-1, undilated conv with circular "same" padding (every ella path's conv)."""
+    kh, kw = conv.kernel_size
+    return (
+        conv.padding_mode == "circular"
+        and tuple(conv.stride) == (1, 1)
+        and tuple(conv.dilation) == (1, 1)
+        and tuple(conv.padding) == (kh // 2, kw // 2)
+        and kh % 2 == 1
+        and kw % 2 == 1
+    )
+
+
+def circular_patch_gram(x: torch.Tensor, kernel_size: tuple[int, int]) -> torch.Tensor:
+    """``sum_{m,p} a_{m,p} a_{m,p}^T`` over the circular "same" patches ``a`` of ``x``
+    without unfolding them: ``(C k_h k_w, C k_h k_w)``, in ``F.unfold``'s (c, i, j) order.
+
+    With circular padding and stride 1 the patches cover every position, so the
+    entry for kernel offsets ``(i, j)`` and ``(i', j')`` depends only on their
+    difference: ``A[(c,i,j),(c',i',j')] = R_{cc'}((i'-i) mod H, (j'-j) mod W)`` with
+    the circular cross-correlation ``R_{cc'}(d) = sum_{m,q} x[m,c,q] x[m,c',q+d]``.
+    By the cross-correlation theorem ``R_{cc'} = IDFT(sum_m conj(X_{mc}) X_{mc'})``
+    with ``X = DFT_2(x)``: one batched ``C x M`` by ``M x C`` complex product per
+    frequency, about ``2 C^2 M H W`` multiply-adds against ``(9 C)^2 M H W`` for the
+    gram of the unfolded 3x3 patches, and no unfolded copy of the input.
+
+    Args:
+        x: input (M, C, H, W) of the convolution (before padding).
+        kernel_size: ``(k_h, k_w)``, both odd.
+    """
+    m, c, h, w = x.shape
+    kh, kw = kernel_size
+    spectrum = torch.fft.rfft2(x)  # (M, C, H, W // 2 + 1)
+    cross = torch.einsum("mcf,mdf->cdf", spectrum.flatten(2).conj(), spectrum.flatten(2))
+    r = torch.fft.irfft2(cross.reshape(c, c, h, -1), s=(h, w))  # (C, C', H, W): R_{cc'}(d)
+    i, j = torch.arange(kh, device=x.device), torch.arange(kw, device=x.device)
+    di = ((i[None, :] - i[:, None]) % h)[:, None, :, None]  # [i, ., i', .] -> i' - i
+    dj = ((j[None, :] - j[:, None]) % w)[None, :, None, :]  # [., j, ., j'] -> j' - j
+    gram = r[:, :, di, dj]  # (C, C', k_h, k_w, k_h', k_w') as [c, c', i, j, i', j']
+    return gram.permute(0, 2, 3, 1, 4, 5).reshape(c * kh * kw, c * kh * kw)
+
+
 class _ModuleBlock:
     """An ``nn.Linear`` or ``nn.Conv2d``: one weight block ``[B, A]`` and a bias block ``[B]``."""
 
@@ -85,6 +127,9 @@ class _ModuleBlock:
 
     def input_factor(self) -> tuple[torch.Tensor, int]:
         """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
+        m, x = self.module, self.inputs
+        if isinstance(m, nn.Conv2d) and _is_circular_same(m):
+            return circular_patch_gram(x, m.kernel_size), x.shape[-2] * x.shape[-1]
         rows = self.input_rows()
         length = rows.shape[1] if isinstance(self.module, nn.Conv2d) else 1
         rows = rows.reshape(-1, rows.shape[-1])
@@ -142,10 +187,15 @@ class _GConvFullBlock(_ModuleBlock):
     def input_factor(self) -> tuple[torch.Tensor, int]:
         m, z = self.module, self.lifted  # z: (B, G, C, H, W)
         b, g, c, h, w = z.shape
-        patches = _patches(m, z.reshape(b, g * c, h, w))  # (B, L, G C k k)
-        d, length = patches.shape[-1], patches.shape[1]
-        rows = patches.reshape(-1, d)
-        a0 = (rows.T @ rows).reshape(g, d // g, g, d // g)
+        z = z.reshape(b, g * c, h, w)
+        if _is_circular_same(m):
+            a0, length = circular_patch_gram(z, m.kernel_size), h * w
+        else:
+            patches = _patches(m, z)  # (B, L, G C k k)
+            rows = patches.reshape(-1, patches.shape[-1])
+            a0, length = rows.T @ rows, patches.shape[1]
+        d = a0.shape[0]
+        a0 = a0.reshape(g, d // g, g, d // g)
         gather = self.path.gather  # gather[h, k] = index of the copy k h
         a = sum(a0[gather[i]][:, :, gather[i]] for i in range(g))
         return a.reshape(d, d), length

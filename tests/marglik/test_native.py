@@ -235,3 +235,26 @@ def test_chunking_a_batch_changes_nothing(float64):
     for block_a, block_b in zip(results[0][1], results[1][1], strict=True):
         for a, b in zip(block_a, block_b, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel",
+    [
+        ((3, 2, 6, 5), (3, 3)),
+        ((2, 4, 2, 2), (3, 3)),
+        ((2, 3, 5, 7), (5, 3)),
+        ((4, 1, 1, 3), (1, 3)),
+    ],
+)
+def test_circular_patch_gram_equals_the_unfolded_gram(float64, shape, kernel):
+    """The lag form of the circular patches' gram is the gram of the unfolded patches,
+    also on maps smaller than the kernel's reach (lags that wrap around)."""
+    from ella.marglik.native import _patches, circular_patch_gram
+
+    x = torch.randn(*shape)
+    conv = nn.Conv2d(shape[1], 2, kernel, padding=(kernel[0] // 2, kernel[1] // 2),
+                     padding_mode="circular")  # fmt: skip
+    if min(shape[-2:]) < max(k // 2 for k in kernel):  # torch's circular pad needs pad <= size
+        pytest.skip("F.pad cannot pad this map circularly")
+    rows = _patches(conv, x).reshape(-1, shape[1] * kernel[0] * kernel[1])
+    torch.testing.assert_close(circular_patch_gram(x, kernel), rows.T @ rows)
