@@ -4,6 +4,7 @@ from ella.marglik.effective import aggregate, effective_parameters
 from ella.marglik.evidence import (
     Backend,
     HessianStructure,
+    KronEvidenceTerms,
     LaplaceEvidence,
     UnsupportedModuleError,
     check_supported,
@@ -13,6 +14,7 @@ from ella.marglik.priors import PriorMode, PriorStructure
 __all__ = [
     "Backend",
     "HessianStructure",
+    "KronEvidenceTerms",
     "LaplaceEvidence",
     "PriorMode",
     "PriorStructure",

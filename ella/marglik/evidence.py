@@ -10,8 +10,10 @@ A thin layer over laplace-torch (Daxberger et al., "Laplace Redux", NeurIPS
 ``P = diag(delta)`` built from the group values of a
 :class:`~ella.marglik.priors.PriorStructure`, with gradients. With a
 Kronecker-factored ``H`` the log determinant is
-``sum log(lambda_A (x) lambda_B + delta)`` over eigendecomposed factors, so
-each evaluation costs about a millisecond (Immer et al., ICML 2021, Sec. 4).
+``sum log(lambda_A (x) lambda_B + delta)`` over eigendecomposed factors
+(Immer et al., ICML 2021, Sec. 4); :class:`KronEvidenceTerms` gathers those
+eigenvalues once after a fit, so each evaluation is a few vector operations
+(about 25 ms for the default mixer's 1.15M parameters on 2 CPU threads).
 """
 
 from __future__ import annotations
