@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from benchmarks._common import environment, write_results
 from ella.cli import PATH_SETS, time_forward_backward
+from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import FCPath, per_module_calls
 
@@ -87,7 +88,7 @@ def laplace_seconds(model: nn.Module, z: torch.Tensor, y: torch.Tensor) -> tuple
         la.fit(loader, progress_bar=False)
     la.log_marginal_likelihood()
     seconds = time.perf_counter() - start
-    entries = sum(f.numel() for block in la.H_facs.kfacs for f in block)
+    entries = sum(f.numel() for block in kron_factors(la) for f in block)
     return seconds, entries
 
 

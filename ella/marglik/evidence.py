@@ -29,6 +29,14 @@ from torch import nn
 
 from ella.choices import GGN, Backend, HessianStructure
 from ella.errors import ConfigError, EllaError, EvidenceError, InputDataError, TrainingDivergedError
+from ella.marglik.laplace_internals import (
+    dense_hessian,
+    hessian_scale,
+    kron_eigenvalues,
+    kron_factors,
+    parameter_dtype,
+    scale_to_n_data,
+)
 from ella.marglik.native import NativeGGN
 from ella.marglik.priors import PriorStructure
 from ella.nn.paths import per_module_calls
@@ -173,7 +181,7 @@ class KronEvidenceTerms:
 
     * ``log det(H + P) = sum_t sum_i log(h lambda_{t,i} + delta_t)`` with
       ``lambda_t = lambda_B (x) lambda_A`` the eigenvalues of tensor ``t``'s block and
-      ``h`` laplace-torch's ``_H_factor`` (``1 / sigma^2``);
+      ``h`` laplace-torch's curvature scale ``1 / sigma^2`` (:func:`hessian_scale`);
     * ``log det P = sum_t n_t log delta_t``;
     * ``theta^T P theta = sum_t delta_t ||theta_t - mu_t||^2``.
 
@@ -209,9 +217,9 @@ class KronEvidenceTerms:
         """Gather the terms of a fitted laplace-torch ``KronLaplace`` (undamped)."""
         if la.damping:
             raise ConfigError("the fast Kronecker evidence assumes an undamped KronLaplace")
-        factor = float(la._H_factor)
+        factor = hessian_scale(la)
         lams, index = [], []
-        for t, eigs in enumerate(la.H.eigenvalues):
+        for t, eigs in enumerate(kron_eigenvalues(la)):
             lam = eigs[0] if len(eigs) == 1 else torch.outer(eigs[0], eigs[1]).flatten()
             lams.append(lam * factor)
             index.append(torch.full((lam.numel(),), t, dtype=torch.long, device=lam.device))
@@ -340,7 +348,7 @@ class LaplaceEvidence:
                 la.fit(_FiniteBatches(loader), progress_bar=progress)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
-            blocks = len(la.H_facs.kfacs)
+            blocks = len(kron_factors(la))
             if blocks != self.prior.n_tensors:
                 raise UnsupportedModuleError(
                     f"the {self.backend.value} backend returned {blocks} Kronecker blocks for "
@@ -358,13 +366,8 @@ class LaplaceEvidence:
         """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
         if self.structure is not HessianStructure.KRON:
             raise ConfigError("subset evidence (n_data) needs structure='kron'")
-        scale = n_data / la.n_data
-        for block in la.H_facs.kfacs:
-            block[0] = block[0] * scale  # output factor B (weight) or the whole bias block
-        la.loss = la.loss * scale
-        la.n_data = n_data
         with dependency_may_not_exit("the Laplace fit"):
-            la.H = la.H_facs.decompose(damping=la.damping)
+            scale_to_n_data(la, n_data)
 
     def _layout(self):
         """The stock backends hook module calls: run FC paths one module per channel."""
@@ -372,9 +375,9 @@ class LaplaceEvidence:
 
     def _check_finite_curvature(self, la) -> None:
         if self.structure is HessianStructure.KRON:
-            factors = [f for block in la.H_facs.kfacs for f in block]
+            factors = [f for block in kron_factors(la) for f in block]
         else:
-            factors = [la.H]
+            factors = [dense_hessian(la)]
         if not all(torch.isfinite(f).all() for f in factors):
             raise EvidenceError(
                 "the GGN of the model is not finite at these weights (overflow); the evidence "
@@ -392,14 +395,14 @@ class LaplaceEvidence:
         la = self.laplace
         if self._terms is not None:
             return self._terms.log_marginal_likelihood(self.prior, log_prior_precision)
-        precision = self.prior.expand(log_prior_precision.exp()).to(la._dtype)
+        precision = self.prior.expand(log_prior_precision.exp()).to(parameter_dtype(la))
         with dependency_may_not_exit("the log marginal likelihood"):
             return la.log_marginal_likelihood(prior_precision=precision)
 
     def laplace_log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
         """The same value computed by laplace-torch itself, block by block (the reference)."""
         la = self.laplace
-        precision = self.prior.expand(log_prior_precision.exp()).to(la._dtype)
+        precision = self.prior.expand(log_prior_precision.exp()).to(parameter_dtype(la))
         with dependency_may_not_exit("the log marginal likelihood"):
             return la.log_marginal_likelihood(prior_precision=precision)
 
@@ -407,20 +410,20 @@ class LaplaceEvidence:
     def block_eigenvalues(self) -> list[torch.Tensor]:
         """Eigenvalues of the GGN block of each parameter tensor (clamped at 0)."""
         la = self.laplace
-        factor = float(la._H_factor)
+        factor = hessian_scale(la)
         out = []
         if self.structure is HessianStructure.KRON:
-            for eigs in la.H.eigenvalues:
+            for eigs in kron_eigenvalues(la):
                 lam = eigs[0] if len(eigs) == 1 else torch.outer(eigs[0], eigs[1]).flatten()
                 out.append(lam.clamp_min(0) * factor)
             return out
         start = 0
         for n in self.prior.numels:
             if self.structure is HessianStructure.FULL:
-                block = la.H[start : start + n, start : start + n]
+                block = dense_hessian(la)[start : start + n, start : start + n]
                 lam = torch.linalg.eigvalsh(block)
             else:
-                lam = la.H[start : start + n]
+                lam = dense_hessian(la)[start : start + n]
             out.append(lam.clamp_min(0) * factor)
             start += n
         return out

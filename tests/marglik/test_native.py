@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
+from ella.marglik.laplace_internals import kron_factors
 from ella.marglik.native import NativeGGN, _ModuleBlock
 from ella.models import mixer
 from ella.nn import GroupPool, Lift, RelaxedLayer
@@ -95,7 +96,7 @@ def fitted(model, backend, ggn="exact", seed=0):
 
 
 def assert_same_evidence(native, reference, rtol=1e-6):
-    kn, kr = native.laplace.H_facs.kfacs, reference.laplace.H_facs.kfacs
+    kn, kr = kron_factors(native.laplace), kron_factors(reference.laplace)
     assert len(kn) == len(kr) == native.prior.n_tensors
     for block_n, block_r in zip(kn, kr, strict=True):
         assert len(block_n) == len(block_r)
@@ -147,8 +148,8 @@ def test_monte_carlo_ggn_samples_the_same_labels_as_asdl(float64, name):
 def test_monte_carlo_ggn_is_unbiased(float64):
     """The mean of many MC factors approaches the exact ones (B factors; A is exact)."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 6), nn.Tanh(), nn.Linear(6, 4))
-    exact = fitted(model, "native").laplace.H_facs.kfacs
-    draws = [fitted(model, "native", "mc", seed=s).laplace.H_facs.kfacs for s in range(400)]
+    exact = kron_factors(fitted(model, "native").laplace)
+    draws = [kron_factors(fitted(model, "native", "mc", seed=s).laplace) for s in range(400)]
     for i, block in enumerate(exact):
         b = torch.stack([d[i][0] for d in draws])
         stderr = b.std(0) / math.sqrt(len(draws))
@@ -219,7 +220,7 @@ def test_group_copies_share_the_gconv_filter_as_expand(float64):
     x = torch.ones(1, 1, 4, 4)
     la = LaplaceEvidence(model, PriorStructure(model))
     la.fit(DataLoader(TensorDataset(x, torch.tensor([1])), batch_size=1))
-    a = la.laplace.H_facs.kfacs[0][1]  # (G k^2)^2 input factor of the full group conv
+    a = kron_factors(la.laplace)[0][1]  # (G k^2)^2 input factor of the full group conv
     patch = torch.ones(group.order * 9)
     torch.testing.assert_close(a, group.order * torch.outer(patch, patch) / 1)
 

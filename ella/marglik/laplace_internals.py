@@ -1,0 +1,107 @@
+"""Every access to laplace-torch's private attributes, in one place.
+
+ella builds on laplace-torch 0.3 (Daxberger et al., "Laplace Redux", NeurIPS
+2021) through its public classes (``KronLaplace``, ``FullLaplace``,
+``DiagLaplace``, ``CurvatureInterface``, ``Kron``) and, for the things its
+public API does not give, through the attributes read or written here:
+
+* ``la._H_factor``: the scale ``1 / sigma_noise^2`` laplace-torch applies to the
+  fitted curvature before adding the prior precision;
+* ``la._dtype``: the dtype of the model's parameters (and of the posterior);
+* ``la.H_facs.kfacs``: the undecomposed Kronecker factors of a ``KronLaplace``,
+  one list per parameter tensor, ``[B, A]`` or ``[B]`` (output factor first);
+* ``la.H``: the decomposed ``KronDecomposed`` (``.eigenvalues``, a list per
+  tensor) of a ``KronLaplace``, or the dense/diagonal Hessian of a
+  ``FullLaplace``/``DiagLaplace``;
+* ``la.loss``, ``la.n_data`` and ``la.damping``: written by subset evidence.
+
+If a new laplace-torch release renames one of them, :func:`check_internals`
+(called by ``tests/marglik/test_laplace_internals.py``) fails with the name of
+the attribute, instead of the evidence going wrong somewhere else.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "check_internals",
+    "dense_hessian",
+    "hessian_scale",
+    "kron_eigenvalues",
+    "kron_factors",
+    "parameter_dtype",
+    "scale_to_n_data",
+]
+
+
+def hessian_scale(la) -> float:
+    """laplace-torch's factor between the fitted curvature and the GGN (``1 / sigma^2``)."""
+    return float(la._H_factor)
+
+
+def parameter_dtype(la) -> torch.dtype:
+    """The dtype laplace-torch builds the prior precision and posterior in."""
+    return la._dtype
+
+
+def kron_factors(la) -> list[list[torch.Tensor]]:
+    """The Kronecker factors of a fitted ``KronLaplace``: per parameter tensor
+    ``[B, A]`` (output factor, input factor) or ``[B]`` (a bias or scalar block)."""
+    return la.H_facs.kfacs
+
+
+def kron_eigenvalues(la) -> list[list[torch.Tensor]]:
+    """Eigenvalues of each tensor's decomposed factors (same layout as :func:`kron_factors`)."""
+    return la.H.eigenvalues
+
+
+def dense_hessian(la) -> torch.Tensor:
+    """The fitted Hessian of a ``FullLaplace`` (P, P) or ``DiagLaplace`` (P,)."""
+    return la.H
+
+
+def scale_to_n_data(la, n_data: int) -> None:
+    """Turn a ``KronLaplace`` fitted on ``M`` examples into the estimator of ``n_data`` points.
+
+    Multiplies the log-likelihood term (``la.loss``) and every output factor
+    ``B`` (the whole block for a bias) by ``n_data / M``, keeps the input factors
+    ``A`` (means over the subset), sets ``la.n_data`` and decomposes the factors
+    again. Immer, van der Ouderaa, van der Wilk, Rätsch & Schölkopf, ICML 2023.
+    """
+    scale = n_data / la.n_data
+    for block in la.H_facs.kfacs:
+        block[0] = block[0] * scale
+    la.loss = la.loss * scale
+    la.n_data = n_data
+    la.H = la.H_facs.decompose(damping=la.damping)
+
+
+def check_internals(la) -> None:
+    """Raise ``AttributeError`` naming each private attribute a fitted ``KronLaplace`` lacks.
+
+    Args:
+        la: a fitted laplace-torch ``KronLaplace``.
+    """
+    import laplace
+
+    version = getattr(laplace, "__version__", "unknown")
+    factors = getattr(la, "H_facs", None)
+    decomposed = getattr(la, "H", None)
+    present = {
+        "_H_factor": hasattr(la, "_H_factor"),
+        "_dtype": isinstance(getattr(la, "_dtype", None), torch.dtype),
+        "H_facs.kfacs": isinstance(getattr(factors, "kfacs", None), list),
+        "H_facs.decompose": callable(getattr(factors, "decompose", None)),
+        "H.eigenvalues": isinstance(getattr(decomposed, "eigenvalues", None), list),
+        "loss": hasattr(la, "loss"),
+        "n_data": hasattr(la, "n_data"),
+        "damping": hasattr(la, "damping"),
+    }
+    missing = [name for name, ok in present.items() if not ok]
+    if missing:
+        raise AttributeError(
+            f"laplace-torch {version} lacks the internals ella reads: {', '.join(missing)}; "
+            "update ella/marglik/laplace_internals.py for this release or install "
+            "laplace-torch 0.3"
+        )

@@ -1,0 +1,81 @@
+"""The private laplace-torch attributes ella reads exist and mean what ella assumes."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from laplace import FullLaplace, KronLaplace
+from laplace.curvature import AsdlGGN
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella.marglik.laplace_internals import (
+    check_internals,
+    dense_hessian,
+    hessian_scale,
+    kron_eigenvalues,
+    kron_factors,
+    parameter_dtype,
+    scale_to_n_data,
+)
+
+
+def regression_data(n: int = 24):
+    torch.manual_seed(0)
+    x = torch.randn(n, 3)
+    return x, torch.sin(x[:, :2])
+
+
+def fitted(cls, sigma: float = 0.5):
+    x, y = regression_data()
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    la = cls(model, "regression", sigma_noise=sigma, backend=AsdlGGN)
+    la.fit(DataLoader(TensorDataset(x, y), batch_size=8))
+    return model, la
+
+
+def test_a_fitted_kron_laplace_has_every_internal_ella_reads(float64):
+    _, la = fitted(KronLaplace)
+    check_internals(la)
+
+
+def test_internals_mean_what_ella_assumes(float64):
+    model, la = fitted(KronLaplace, sigma=0.5)
+    assert hessian_scale(la) == pytest.approx(1 / 0.5**2)
+    assert parameter_dtype(la) is torch.float64
+    factors, eigenvalues = kron_factors(la), kron_eigenvalues(la)
+    assert len(factors) == len(eigenvalues) == len(list(model.parameters()))
+    for block, eigs in zip(factors, eigenvalues, strict=True):
+        assert len(block) == len(eigs)
+        for factor, lam in zip(block, eigs, strict=True):
+            torch.testing.assert_close(torch.linalg.eigvalsh(factor), lam.sort().values)
+    # the weight of the last Linear: output factor (2, 2) first, input factor (5, 5) second
+    assert [tuple(f.shape) for f in factors[2]] == [(2, 2), (5, 5)]
+
+
+def test_dense_hessian_of_a_full_laplace(float64):
+    model, la = fitted(FullLaplace)
+    n = sum(p.numel() for p in model.parameters())
+    assert dense_hessian(la).shape == (n, n)
+
+
+def test_scale_to_n_data_scales_output_factors_and_likelihood(float64):
+    _, la = fitted(KronLaplace)
+    before = [[f.clone() for f in block] for block in kron_factors(la)]
+    loss, m = float(la.loss), la.n_data
+    scale_to_n_data(la, 4 * m)
+    assert la.n_data == 4 * m and float(la.loss) == pytest.approx(4 * loss)
+    for old, new, eigs in zip(before, kron_factors(la), kron_eigenvalues(la), strict=True):
+        torch.testing.assert_close(new[0], 4 * old[0])  # output factor (or whole bias block)
+        if len(old) == 2:
+            torch.testing.assert_close(new[1], old[1])  # input factor unchanged
+        # decomposed again: the eigenvalues are the scaled factor's
+        torch.testing.assert_close(eigs[0].sort().values, torch.linalg.eigvalsh(new[0]))
+
+
+def test_a_changed_laplace_torch_is_named():
+    stand_in = types.SimpleNamespace(_H_factor=1.0, loss=0.0, n_data=1, damping=False)
+    with pytest.raises(AttributeError, match=r"_dtype, H_facs.kfacs, H_facs.decompose"):
+        check_internals(stand_in)
