@@ -12,18 +12,19 @@ from pathlib import Path
 import torch
 
 from ella.choices import LayerGroup
-from ella.commandline import add_config_options, add_run_options, prepare_run, reports_errors
+from ella.commandline import (
+    THREADS_NOTE,
+    add_config_options,
+    add_run_options,
+    prepare_run,
+    reports_errors,
+)
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.models import mixer
 from ella.rundir import RESULTS, read_json
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
-
-THREADS_NOTE = (
-    "Threads: torch uses as many threads as CPUs are available to this process (its "
-    "affinity mask and cgroup CPU quota); set ELLA_THREADS (or OMP_NUM_THREADS) to choose."
-)
 
 PATH_SETS: dict[str, tuple[str, ...]] = {
     "FC": ("fc",),

@@ -81,8 +81,15 @@ def add_config_options(
             )
 
 
+THREADS_NOTE = (
+    "Threads: torch uses as many threads as CPUs are available to this process (its "
+    "affinity mask and cgroup CPU quota); set ELLA_THREADS (or OMP_NUM_THREADS) to choose."
+)
+
+
 def add_run_options(parser: argparse.ArgumentParser, prefix: str) -> None:
-    """``--out``, ``--resume`` and ``--overwrite``."""
+    """``--out``, ``--resume`` and ``--overwrite``; the threads note under the help."""
+    parser.epilog = THREADS_NOTE
     parser.add_argument(
         "--out", default=None, help=f"run directory (default: a new runs/{prefix}-YYYYmmdd-HHMMSS)"
     )
@@ -164,7 +171,9 @@ def prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str)
 
 def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
     """Run a command; print an :class:`~ella.errors.EllaError` (or a ``ValueError``/
-    ``FileNotFoundError`` from a check) as one ``error:`` line and return 1."""
+    ``FileNotFoundError`` from a check) as one ``error:`` line and return 1. A
+    ``SystemExit`` from inside the command (a dependency calling ``exit()``) also
+    returns 1: a command never ends with status 0 without its results."""
 
     @functools.wraps(command)
     def wrapper(args: argparse.Namespace) -> int:
@@ -172,6 +181,13 @@ def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
             return command(args)
         except (EllaError, ValueError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
+            return 1
+        except SystemExit as err:  # a dependency's exit(): never a silent end
+            print(
+                f"error: a dependency tried to end the process (exit code {err.code!r}); "
+                "this is a bug of ella's error handling, please report it",
+                file=sys.stderr,
+            )
             return 1
         except KeyboardInterrupt:
             print("\ninterrupted; the last completed epoch is checkpointed", file=sys.stderr)

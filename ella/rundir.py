@@ -44,6 +44,7 @@ __all__ = [
     "checkpoint_note",
     "check_run_directory",
     "clear_run_outputs",
+    "foreign_entries",
     "holds_run",
     "new_run_directory",
     "read_json",
@@ -79,9 +80,31 @@ def checkpoint_note(out: Path | None) -> str:
     return f"there is no checkpoint yet in {out} (one is written after every epoch)"
 
 
+def _is_run_file(name: str) -> bool:
+    """Whether a file of this name is one a run writes (or an atomic write's temporary)."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        name = name[1:].removesuffix(".tmp").rpartition(".")[0]
+    return any(fnmatch(name, pattern) for pattern in (CONFIG, *RUN_OUTPUTS))
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """Names in ``path`` that no ella run writes (a user's files, subdirectories)."""
+    return sorted(
+        entry.name
+        for entry in Path(path).iterdir()
+        if not (entry.is_file() and _is_run_file(entry.name))
+    )
+
+
 def holds_run(path: Path) -> bool:
-    """Whether ``path`` is a run directory of ella (it has a config or a checkpoint)."""
-    return (path / CONFIG).is_file() or (path / CHECKPOINT).is_file()
+    """Whether ``path`` is a run directory of ella: it has a config or a checkpoint (or the
+    temporary of one being written) and nothing that a run does not write."""
+    path = Path(path)
+    started = (path / CONFIG).is_file() or (path / CHECKPOINT).is_file()
+    started = (
+        started or any(path.glob(f".{CONFIG}.*.tmp")) or any(path.glob(f".{CHECKPOINT}.*.tmp"))
+    )
+    return started and not foreign_entries(path)
 
 
 def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
@@ -120,9 +143,12 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
             raise CheckpointError(f"--resume: no checkpoint at {out / CHECKPOINT}")
     elif out.is_dir() and any(out.iterdir()):
         if not holds_run(out):
+            foreign = foreign_entries(out)
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise RunDirectoryError(
-                f"--out {out} is not empty and holds no ella run; ella never writes over files "
-                "it did not create: choose a new or empty directory"
+                f"--out {out} is not empty and holds no ella run (files ella did not write: "
+                f"{shown}); ella never writes over files it did not create: choose a new or "
+                "empty directory"
             )
         if not overwrite:
             raise RunDirectoryError(

@@ -24,7 +24,7 @@ from ella.cli import main
 from ella.config import Config
 from ella.data.datasets import ImageData
 from ella.ensembles import EnsembleConfig
-from ella.errors import CheckpointError, ConfigError, InputDataError
+from ella.errors import CheckpointError, ConfigError, EvidenceError, InputDataError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import UnsupportedModuleError
 from ella.rundir import new_run_directory, remove_orphan_temporaries
@@ -197,6 +197,43 @@ def test_nan_pixels_are_named_by_the_evidence_fit():
         evidence.fit(DataLoader(TensorDataset(x, y), batch_size=4))
 
 
+def test_laplace_torch_calling_exit_is_an_evidence_error(monkeypatch):
+    """laplace-torch 0.3 calls exit() when eigh fails twice (laplace.utils.utils.symeig)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    x, y = torch.randn(8, 1, 2, 2), torch.randint(3, (8,))
+    evidence = LaplaceEvidence(model, PriorStructure(model))
+
+    def eigh_fails(*args, **kwargs):
+        raise RuntimeError("eigh did not converge")
+
+    monkeypatch.setattr(torch.linalg, "eigh", eigh_fails)
+    with pytest.raises(EvidenceError, match="tried to end the process"):
+        evidence.fit(DataLoader(TensorDataset(x, y), batch_size=4))
+
+
+def test_a_command_never_ends_silently_when_a_dependency_exits(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("ella.train.loop.Trainer.run", lambda self, **kw: exit())
+    out = str(tmp_path / "run")
+    refused(capsys, ["train", "--out", out, *TINY], 1, "a dependency tried to end the process")
+
+
+def test_non_finite_factors_are_refused_before_any_decomposition(monkeypatch):
+    from laplace.utils.matrix import Kron
+
+    def decompose(self, *args, **kwargs):
+        raise AssertionError("non-finite factors reached the decomposition")
+
+    monkeypatch.setattr(Kron, "decompose", decompose)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    with torch.no_grad():
+        model[1].weight.fill_(1e30)  # finite weights whose curvature overflows
+    x, y = torch.randn(8, 1, 2, 2) * 1e20, torch.randint(3, (8,))
+    for backend in ("native", "asdl", "curvlinops"):
+        evidence = LaplaceEvidence(model, PriorStructure(model), backend=backend)
+        with pytest.raises(EvidenceError, match="not finite"):
+            evidence.fit(DataLoader(TensorDataset(x, y), batch_size=4))
+
+
 def test_laplace_torch_cannot_end_the_process():
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     with torch.no_grad():
@@ -210,6 +247,22 @@ def test_laplace_torch_cannot_end_the_process():
 
 
 # ---------------------------------------------------------------- 6-9 lost or overwritten runs
+def test_overwrite_never_removes_a_users_files_beside_a_config(run, capsys):
+    (run / "my_notes.txt").write_text("mine")  # a user's file: this is no longer only a run
+    before = snapshot(run)
+    refused(capsys, ["train", "--out", str(run), *TINY, "--overwrite"], 1, "my_notes.txt")
+    assert snapshot(run) == before
+
+
+def test_a_run_killed_while_writing_its_config_can_be_overwritten(tmp_path, capsys):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / ".config.json.x1y2.tmp").write_text("{")  # the only trace of the killed start
+    assert main(["train", "--out", str(d), *TINY, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert not (d / ".config.json.x1y2.tmp").exists() and (d / "results.json").is_file()
+
+
 def test_a_non_empty_directory_that_is_not_a_run_is_never_written(tmp_path, capsys):
     d = tmp_path / "d"
     d.mkdir()
@@ -465,6 +518,7 @@ def test_python_dash_m_ella_is_the_command():
         [sys.executable, "-m", "ella", "train", "--help"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "--backend {native,asdl,curvlinops}" in proc.stdout
+    assert "ELLA_THREADS" in proc.stdout  # the threads note under each run command's help
     assert (
         "ELLA_THREADS"
         in subprocess.run(

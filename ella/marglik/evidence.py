@@ -42,7 +42,50 @@ from ella.marglik.priors import PriorStructure
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
 
-_BACKENDS = {Backend.NATIVE: NativeGGN, Backend.ASDL: AsdlGGN, Backend.CURVLINOPS: CurvlinopsGGN}
+_NOT_FINITE = (
+    "the GGN of the model is not finite at these weights (overflow); the evidence cannot be "
+    "computed. Training probably diverged: try a smaller --lr"
+)
+
+
+def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
+    if not all(bool(torch.isfinite(t).all()) for t in tensors):
+        raise EvidenceError(_NOT_FINITE)
+
+
+def _checking_finiteness(backend: type) -> type:
+    """``backend`` with every batch's curvature checked for finiteness as it is computed,
+    so that a non-finite factor is refused before laplace-torch decomposes it (and may call
+    ``exit()``)."""
+
+    class Checked(backend):
+        def kron(self, *args, **kwargs):
+            loss, kron = super().kron(*args, **kwargs)
+            _require_finite(f for block in kron.kfacs for f in block)
+            return loss, kron
+
+        def full(self, *args, **kwargs):
+            loss, hessian = super().full(*args, **kwargs)
+            _require_finite([hessian])
+            return loss, hessian
+
+        def diag(self, *args, **kwargs):
+            loss, hessian = super().diag(*args, **kwargs)
+            _require_finite([hessian])
+            return loss, hessian
+
+    Checked.__name__ = Checked.__qualname__ = f"FinitenessChecked{backend.__name__}"
+    return Checked
+
+
+_BACKENDS = {
+    name: _checking_finiteness(cls)
+    for name, cls in {
+        Backend.NATIVE: NativeGGN,
+        Backend.ASDL: AsdlGGN,
+        Backend.CURVLINOPS: CurvlinopsGGN,
+    }.items()
+}
 _LAPLACE = {
     HessianStructure.KRON: KronLaplace,
     HessianStructure.FULL: FullLaplace,
@@ -378,11 +421,7 @@ class LaplaceEvidence:
             factors = [f for block in kron_factors(la) for f in block]
         else:
             factors = [dense_hessian(la)]
-        if not all(torch.isfinite(f).all() for f in factors):
-            raise EvidenceError(
-                "the GGN of the model is not finite at these weights (overflow); the evidence "
-                "cannot be computed. Training probably diverged: try a smaller --lr"
-            )
+        _require_finite(factors)
 
     def log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
         """Laplace log evidence for per-group log precisions (n_groups,); differentiable.
