@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
@@ -35,7 +34,8 @@ from ella.errors import EvidenceError, InputDataError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
-from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.learner import PriorLearner
+from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
 from ella.models import BASELINE_MODELS, mixer
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
@@ -137,26 +137,33 @@ class Trainer:
             config, self.data.in_channels, self.data.num_classes, self.data.image_size
         ).to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
-        self.prior = PriorStructure(self.net, config.prior_structure)
+        self.n_train = len(self.data.train)
+        self.priors = PriorLearner(
+            self.net,
+            self.n_train,
+            structure=config.prior_structure,
+            prior_precision=config.prior_precision,
+            lr=config.lr_hyp,
+            hessian=config.hessian,
+            backend=config.backend,
+            ggn=config.ggn,
+        )
+        self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == "learned":
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
-        self.log_prior = torch.full(
-            (self.prior.n_groups,), math.log(config.prior_precision), device=self.device
-        ).requires_grad_()
         if config.optimizer == "sgd":
             self.optimizer = torch.optim.SGD(
                 self.model.parameters(), lr=config.lr, momentum=config.momentum
             )
         else:
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.hyper_optimizer = torch.optim.Adam([self.log_prior], lr=config.lr_hyp)
+        self.hyper_optimizer = self.priors.optimizer
         self.eta_optimizer = (
             torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
         )
         self.state = TrainState()
         # (epoch, evidence, log evidence) of the last evidence step, reused by the report
         self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
-        self.n_train = len(self.data.train)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
 
     # ------------------------------------------------------------------ invariance
@@ -240,7 +247,6 @@ class Trainer:
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
         )
-        delta = self.prior.expand_diagonal(self.log_prior.detach().exp())
         total_steps = cfg.epochs * self.steps_per_epoch
         loss_sum, correct, seen = 0.0, 0, 0
         for x, y in loader:
@@ -250,8 +256,7 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             logits = self.predict_train(x, eps_generator)
-            theta = parameters_to_vector(self.net.parameters())
-            loss = F.cross_entropy(logits, y) + 0.5 * (delta * theta.square()).sum() / self.n_train
+            loss = F.cross_entropy(logits, y) + self.priors.penalty()
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
             if not torch.isfinite(loss):
@@ -275,15 +280,6 @@ class Trainer:
             seen += len(y)
         return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
 
-    def make_evidence(self) -> LaplaceEvidence:
-        return LaplaceEvidence(
-            self.net,
-            self.prior,
-            structure=self.config.hessian,
-            backend=self.config.backend,
-            ggn=self.config.ggn,
-        )
-
     def evidence_data(self) -> Dataset:
         """The training images of this evidence round: all of them, or a fresh class-balanced
         subset of ``marglik_subset_size`` (a function of the seed and the epoch)."""
@@ -294,10 +290,8 @@ class Trainer:
         return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
 
     def fit_evidence(self) -> LaplaceEvidence:
-        evidence = self.make_evidence()
         loader = DataLoader(self.evidence_data(), batch_size=self.config.marglik_batch_size)
-        evidence.fit(loader, progress=self.config.progress, n_data=self.n_train)
-        return evidence
+        return self.priors.fit(loader, progress=self.config.progress)
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
@@ -362,17 +356,14 @@ class Trainer:
         if self.invariant:
             return self.invariance_hyper_steps()
         evidence = self.fit_evidence()
-        for _ in range(self.config.n_hypersteps):
-            self.hyper_optimizer.zero_grad(set_to_none=True)
-            neg = -evidence.log_marginal_likelihood(self.log_prior) / self.n_train
-            self._check_evidence(neg)
-            neg.backward()
-            self.hyper_optimizer.step()
-        with torch.no_grad():
-            value = evidence.log_marginal_likelihood(self.log_prior)
-        self._check_evidence(value)
-        self._last_evidence = (self.state.epoch, evidence, float(value))
-        return float(value)
+        try:
+            value = self.priors.hyper_steps(self.config.n_hypersteps)
+        except TrainingDivergedError as err:
+            raise TrainingDivergedError(
+                f"{err} (epoch {self.state.epoch}; {checkpoint_note(self.out)})"
+            ) from err
+        self._last_evidence = (self.state.epoch, evidence, value)
+        return value
 
     def check_finite_weights(self) -> None:
         """Refuse to save or use weights that stopped being finite (a diverged step)."""

@@ -1,0 +1,258 @@
+"""Learned layer-wise priors for your own training loop.
+
+:class:`PriorLearner` owns the prior precisions of a model's parameter groups
+(one per path of every :class:`~ella.nn.RelaxedLayer`, one per other module,
+see :class:`~ella.marglik.PriorStructure`) and learns them by the linearised
+Laplace evidence, when and on what data the caller decides. It is what
+``ella train`` uses inside its own loop (:class:`ella.train.Trainer`)::
+
+    priors = PriorLearner(model, n_data=len(train_set))
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            loss = F.cross_entropy(model(x), y) + priors.penalty()
+            optimiser.zero_grad(); loss.backward(); optimiser.step()
+        if epoch >= burn_in:
+            priors.evidence_step(train_loader)  # fit the GGN, Adam steps on the priors
+    print(format_table(priors.report()))
+
+The MAP objective per example is ``CE + 1/2 sum_i delta_i theta_i^2 / N``
+(MacKay 1992; Immer et al., ICML 2021, Eq. 3), and an evidence step takes
+``n_hypersteps`` Adam steps on ``-log p(D | delta) / N`` in the log precisions
+with the Kronecker factors of one fit (the ELLA reference's schedule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector
+
+from ella.choices import GGN, Backend, HessianStructure, PriorMode
+from ella.errors import ConfigError, TrainingDivergedError
+from ella.marglik import LaplaceEvidence, PriorStructure
+
+__all__ = ["PriorLearner"]
+
+
+class _Batches:
+    """A list of ``(x, y)`` batches shaped like a loader for laplace-torch: iterable, with
+    a ``dataset`` whose length is the number of examples."""
+
+    def __init__(self, batches: Iterable):
+        self.batches = [(x, y) for x, y in batches]
+        if not self.batches:
+            raise ConfigError("the evidence step got no batches; pass a loader with data")
+        self.dataset = range(sum(len(y) for _, y in self.batches))
+
+    def __iter__(self) -> Iterator:
+        return iter(self.batches)
+
+
+class PriorLearner:
+    """Prior precisions of a model's parameter groups, learned by the Laplace evidence.
+
+    Args:
+        model: the network whose priors are learned (ella's relaxed layers and/or
+            ``nn.Linear``/``nn.Conv2d``; every trainable parameter belongs to one group).
+        n_data: size ``N`` of the training set (the penalty's and the evidence's scale).
+        structure: which tensors share a precision (``layer_path``, ``tensor``, ``scalar``).
+        prior_precision: initial precision ``delta`` of every group.
+        lr: Adam learning rate of the log precisions.
+        hessian: ``kron`` (default), ``diag`` or ``full`` GGN structure.
+        backend: curvature backend (default: ``native`` for ``kron``).
+        ggn: ``exact`` (one backward pass per class) or ``mc`` (one sampled label).
+        likelihood: ``classification`` or ``regression``.
+        sigma_noise: observation noise of the regression likelihood.
+
+    Attributes:
+        prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
+        log_prior: the learned log precisions, (n_groups,), a leaf tensor.
+        evidence: the :class:`~ella.marglik.LaplaceEvidence` of the last evidence step.
+        history: log evidence after each evidence step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        n_data: int,
+        *,
+        structure: PriorMode | str = PriorMode.LAYER_PATH,
+        prior_precision: float = 1.0,
+        lr: float = 0.1,
+        hessian: HessianStructure | str = HessianStructure.KRON,
+        backend: Backend | str | None = None,
+        ggn: GGN | str = GGN.EXACT,
+        likelihood: str = "classification",
+        sigma_noise: float = 1.0,
+    ):
+        if not (isinstance(n_data, int) and n_data >= 1):
+            raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
+        if not (math.isfinite(prior_precision) and prior_precision > 0):
+            raise ConfigError(f"prior_precision must be positive, got {prior_precision}")
+        if not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"lr must be positive, got {lr}")
+        self.model = model
+        self.n_data = n_data
+        self.prior = PriorStructure(model, structure)
+        self.hessian = HessianStructure.parse(hessian, "Hessian structure")
+        self.backend = backend
+        self.ggn = GGN.parse(ggn, "GGN type")
+        self.likelihood = likelihood
+        self.sigma_noise = sigma_noise
+        device = next(model.parameters()).device
+        self.log_prior = torch.full(
+            (self.prior.n_groups,), math.log(prior_precision), device=device
+        ).requires_grad_()
+        self.optimizer = torch.optim.Adam([self.log_prior], lr=lr)
+        self.evidence: LaplaceEvidence | None = None
+        self.history: list[float] = []
+        self._diagonal: tuple[int, torch.Tensor] | None = None  # (version of log_prior, diag)
+
+    # ------------------------------------------------------------------ the MAP side
+    def precision_diagonal(self) -> torch.Tensor:
+        """The current prior precision of every parameter, (n_params,), detached.
+
+        Cached until ``log_prior`` changes (any in-place update bumps its version)."""
+        version = self.log_prior._version
+        if self._diagonal is None or self._diagonal[0] != version:
+            diagonal = self.prior.expand_diagonal(self.log_prior.detach().exp())
+            self._diagonal = (version, diagonal)
+        return self._diagonal[1]
+
+    def penalty(self) -> torch.Tensor:
+        """``1/2 sum_i delta_i theta_i^2 / N``: add it to a mean cross-entropy loss."""
+        theta = parameters_to_vector(p for p in self.model.parameters() if p.requires_grad)
+        return 0.5 * (self.precision_diagonal() * theta.square()).sum() / self.n_data
+
+    # ------------------------------------------------------------------ the evidence side
+    def make_evidence(self) -> LaplaceEvidence:
+        return LaplaceEvidence(
+            self.model,
+            self.prior,
+            likelihood=self.likelihood,
+            structure=self.hessian,
+            backend=self.backend,
+            sigma_noise=self.sigma_noise,
+            ggn=self.ggn,
+        )
+
+    def fit(self, batches: Iterable, progress: bool = False) -> LaplaceEvidence:
+        """Fit the GGN at the model's current weights on ``batches`` (a loader or a list of
+        ``(x, y)``); with fewer than ``n_data`` examples, the subset estimator of
+        :meth:`~ella.marglik.LaplaceEvidence.fit` scales it to ``n_data``."""
+        loader = batches if hasattr(batches, "dataset") else _Batches(batches)
+        evidence = self.make_evidence()
+        m = len(loader.dataset)
+        evidence.fit(loader, progress=progress, n_data=None if m == self.n_data else self.n_data)
+        self.evidence = evidence
+        return evidence
+
+    def log_marginal_likelihood(self) -> float:
+        """The log evidence of the last fit at the current precisions."""
+        if self.evidence is None:
+            raise RuntimeError("call evidence_step (or fit) first")
+        with torch.no_grad():
+            value = self.evidence.log_marginal_likelihood(self.log_prior)
+        _check_finite(value)
+        return float(value)
+
+    def hyper_steps(self, n_hypersteps: int) -> float:
+        """``n_hypersteps`` Adam steps on ``-log p(D|delta) / N`` with the last fit's factors;
+        returns the log evidence after them."""
+        if self.evidence is None:
+            raise RuntimeError("call evidence_step (or fit) first")
+        for _ in range(n_hypersteps):
+            self.optimizer.zero_grad(set_to_none=True)
+            neg = -self.evidence.log_marginal_likelihood(self.log_prior) / self.n_data
+            _check_finite(neg)
+            neg.backward()
+            self.optimizer.step()
+        value = self.log_marginal_likelihood()
+        self.history.append(value)
+        return value
+
+    def evidence_step(
+        self, batches: Iterable, n_hypersteps: int = 20, progress: bool = False
+    ) -> float:
+        """Fit the GGN on ``batches`` and take ``n_hypersteps`` steps on the priors.
+
+        Args:
+            batches: a ``DataLoader`` or any iterable of ``(x, y)`` batches (all of the
+                training data, or a subset: then the evidence is scaled to ``n_data``).
+            n_hypersteps: Adam steps on the log precisions (the reference takes 20).
+            progress: a progress bar over the batches of the fit.
+
+        Returns:
+            The log marginal likelihood after the steps.
+        """
+        if n_hypersteps < 0:
+            raise ConfigError(f"n_hypersteps must be >= 0, got {n_hypersteps}")
+        self.fit(batches, progress=progress)
+        return self.hyper_steps(n_hypersteps)
+
+    # ------------------------------------------------------------------ reading out
+    @property
+    def prior_precision(self) -> dict[str, float]:
+        """``{group: delta}``."""
+        return self.prior.as_dict(self.log_prior.exp())
+
+    @property
+    def prior_variance(self) -> dict[str, float]:
+        """``{group: 1 / delta}``."""
+        return self.prior.as_dict(self.log_prior.neg().exp())
+
+    def report(self) -> dict:
+        """Effective parameters per relaxed layer and path, from the last fit.
+
+        Returns:
+            ``{"effective_parameters": [...], "effective_parameters_other": [...],
+            "prior_precision": {...}, "prior_variance": {...}, "log_marglik": [...]}``;
+            ``ella.report.format_table`` prints it.
+        """
+        from ella.report import effective_parameter_report
+
+        if self.evidence is None:
+            raise RuntimeError("call evidence_step (or fit) first")
+        report = effective_parameter_report(
+            self.model, self.evidence, self.log_prior.detach().exp()
+        )
+        return {
+            "effective_parameters": report["layers"],
+            "effective_parameters_other": report["others"],
+            "prior_precision": self.prior_precision,
+            "prior_variance": self.prior_variance,
+            "log_marglik": list(self.history),
+        }
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict:
+        """Tensors and plain values only (loads with ``torch.load(weights_only=True)``)."""
+        return {
+            "groups": list(self.prior.names),
+            "log_prior": self.log_prior.detach().clone(),
+            "optimizer": self.optimizer.state_dict(),
+            "history": list(self.history),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if list(state["groups"]) != self.prior.names:
+            raise ConfigError(
+                f"these priors are for the groups {state['groups']}, not this model's "
+                f"{self.prior.names}"
+            )
+        with torch.no_grad():
+            self.log_prior.copy_(state["log_prior"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.history = list(state["history"])
+
+
+def _check_finite(value: torch.Tensor) -> None:
+    if not torch.isfinite(value):
+        raise TrainingDivergedError(
+            f"the log marginal likelihood became {value.item()}; the weights or the priors "
+            "diverged: try a smaller learning rate for the priors or more burn-in"
+        )

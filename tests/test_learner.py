@@ -1,0 +1,145 @@
+"""PriorLearner: learned layer-wise priors for a user's own model and loop."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella import PriorLearner
+from ella.errors import ConfigError
+from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.nn import GroupPool, Lift, RelaxedLayer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def user_model() -> nn.Module:
+    """Two relaxed layers between Lift and GroupPool, then an nn.Linear head."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        OrderedDict(
+            lift=Lift("C4"),
+            layer1=RelaxedLayer(1, 2, 8),
+            layer2=RelaxedLayer(2, 2, 8, stride=2),
+            pool=GroupPool("C4"),
+            gap=nn.AdaptiveAvgPool2d(1),
+            flat=nn.Flatten(),
+            head=nn.Linear(2, 3),
+        )
+    )
+
+
+def data(n: int = 24) -> TensorDataset:
+    g = torch.Generator().manual_seed(1)
+    return TensorDataset(torch.randn(n, 1, 8, 8, generator=g), torch.randint(3, (n,), generator=g))
+
+
+def test_penalty_is_half_the_precision_weighted_square_norm_over_n():
+    model = user_model()
+    priors = PriorLearner(model, n_data=24, prior_precision=0.5)
+    with torch.no_grad():
+        priors.log_prior[0] = 1.0  # layer1.fc gets e
+    delta = {n: 0.5 for n in priors.prior.param_names}
+    for n in priors.prior.tensors_of(priors.prior.names[0]):
+        delta[n] = torch.e
+    expected = sum(0.5 * delta[n] * p.square().sum() / 24 for n, p in model.named_parameters())
+    value = priors.penalty()
+    assert value.item() == pytest.approx(expected.item(), rel=1e-6)
+    value.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, delta[n] * p.detach() / 24)
+
+
+def test_an_evidence_step_without_steps_is_the_laplace_evidence(float64):
+    model = user_model()
+    priors = PriorLearner(model, n_data=24, prior_precision=0.3)
+    value = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
+    reference = LaplaceEvidence(model, PriorStructure(model))
+    reference.fit(DataLoader(data(), batch_size=8))
+    log_delta = torch.full((priors.prior.n_groups,), torch.log(torch.tensor(0.3)).item())
+    assert value == pytest.approx(reference.log_marginal_likelihood(log_delta).item(), rel=1e-10)
+
+
+def test_a_list_of_batches_is_the_same_as_a_loader(float64):
+    results = []
+    for batches in (DataLoader(data(), batch_size=8), list(DataLoader(data(), batch_size=8))):
+        priors = PriorLearner(user_model(), n_data=24)
+        results.append((priors.evidence_step(batches, n_hypersteps=5), priors.log_prior.detach()))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-12)
+    torch.testing.assert_close(results[0][1], results[1][1])
+
+
+def test_hypersteps_raise_the_evidence_of_the_fit(float64):
+    priors = PriorLearner(user_model(), n_data=24)
+    before = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
+    after = priors.hyper_steps(30)
+    assert after > before and priors.history == [before, after]
+
+
+def test_a_subset_of_batches_is_the_scaled_estimator(float64):
+    model = user_model()
+    priors = PriorLearner(model, n_data=240)
+    value = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
+    reference = LaplaceEvidence(model, PriorStructure(model))
+    reference.fit(DataLoader(data(), batch_size=8), n_data=240)
+    zeros = torch.zeros(priors.prior.n_groups)
+    assert value == pytest.approx(reference.log_marginal_likelihood(zeros).item(), rel=1e-10)
+
+
+def test_report_lists_the_users_layers_and_paths():
+    priors = PriorLearner(user_model(), n_data=24, ggn="mc")
+    priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=2)
+    report = priors.report()
+    assert [row["layer"] for row in report["effective_parameters"]] == ["layer1", "layer2"]
+    for row in report["effective_parameters"]:
+        assert row["fc"] + row["conv"] + row["gconv"] == pytest.approx(100)
+    assert [row["module"] for row in report["effective_parameters_other"]] == ["head"]
+    assert set(report["prior_variance"]) == set(priors.prior.names)
+
+
+def test_state_dict_round_trip_continues_identically(tmp_path, float64):
+    loader = list(DataLoader(data(), batch_size=8))
+    first = PriorLearner(user_model(), n_data=24)
+    first.evidence_step(loader, n_hypersteps=4)
+    torch.save(first.state_dict(), tmp_path / "priors.pt")
+    second = PriorLearner(user_model(), n_data=24)
+    second.load_state_dict(torch.load(tmp_path / "priors.pt", weights_only=True))
+    assert second.history == first.history
+    first.evidence_step(loader, n_hypersteps=4)
+    second.evidence_step(loader, n_hypersteps=4)
+    torch.testing.assert_close(first.log_prior, second.log_prior, rtol=0, atol=0)
+
+
+def test_bad_use_is_refused_with_the_fix():
+    model = user_model()
+    with pytest.raises(ConfigError, match="training-set size"):
+        PriorLearner(model, n_data=0)
+    with pytest.raises(ConfigError, match="positive"):
+        PriorLearner(model, n_data=10, prior_precision=-1.0)
+    priors = PriorLearner(model, n_data=10)
+    with pytest.raises(RuntimeError, match="evidence_step"):
+        priors.report()
+    with pytest.raises(ConfigError, match="no batches"):
+        priors.evidence_step([])
+    other = PriorLearner(nn.Linear(3, 2), n_data=10)
+    with pytest.raises(ConfigError, match="groups"):
+        priors.load_state_dict(other.state_dict())
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
+    text = README.read_text()
+    block = re.search(r"<!-- own-loop example.*?-->\n```python\n(.*?)```", text, re.S)
+    assert block is not None, "the own-loop example is missing from the README"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.group(1), "README own-loop example", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.count("log evidence") == 2 and "layer1" in out and "layer2" in out
+    state = torch.load(tmp_path / "priors.pt", weights_only=True)
+    assert state["groups"][:3] == ["layer1.fc", "layer1.conv", "layer1.gconv"]
