@@ -7,15 +7,22 @@ Subpackages:
     ella.testing  ``assert_equivariant`` and friends
     ella.marglik  the Laplace evidence of layer-wise priors
     ella.learner  ``PriorLearner``: learned priors in your own training loop
+    ella.fit      the whole alternating job for your own model and DataLoader
 """
 
 __version__ = "0.1.0"
-__all__ = ["PriorLearner"]
+__all__ = ["FitConfig", "PriorLearner", "fit"]
 
 
 def __getattr__(name: str):
-    if name == "PriorLearner":  # imported on first use: ``import ella`` stays light
+    """``ella.fit``, ``ella.FitConfig`` and ``ella.PriorLearner``, imported on first use
+    (``import ella`` stays light)."""
+    if name == "PriorLearner":
         from ella.learner import PriorLearner
 
         return PriorLearner
+    if name in ("fit", "FitConfig"):
+        from ella.train import fit as fit_module
+
+        return getattr(fit_module, name)
     raise AttributeError(f"module 'ella' has no attribute {name!r}")

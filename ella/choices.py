@@ -22,6 +22,7 @@ __all__ = [
     "HessianStructure",
     "InvarianceMethod",
     "LayerGroup",
+    "Likelihood",
     "Lengthscales",
     "ModelName",
     "Optimizer",
@@ -148,6 +149,13 @@ class GGN(Choice):
 
     EXACT = "exact"
     MC = "mc"
+
+
+class Likelihood(Choice):
+    """Likelihood of the targets: softmax classification or Gaussian regression."""
+
+    CLASSIFICATION = "classification"
+    REGRESSION = "regression"
 
 
 class EnsembleMethod(Choice):

@@ -52,7 +52,8 @@ from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.models import BASELINE_MODELS, mixer
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
-from ella.train.loop import cosine_lr, epoch_bar
+from ella.train.loop import epoch_bar
+from ella.train.schedule import cosine_lr, make_optimizer
 
 __all__ = [
     "EnsembleTrainer",
@@ -190,11 +191,7 @@ class EnsembleTrainer:
         model_fn = model_fn or default_model_fn(config, self.data)
         members = init_members(model_fn, config.member_seeds)
         self.ensemble = Ensemble(members, vectorize=config.vectorize).to(self.device)
-        params = list(self.ensemble.parameters())
-        if config.optimizer == "sgd":
-            self.optimizer = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
-        else:
-            self.optimizer = torch.optim.Adam(params, lr=config.lr)
+        self.optimizer = make_optimizer(self.ensemble, config)
         self.metric = self._lengthscale_metric()
         self.n_train = len(self.data.train)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)

@@ -5,22 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ella.choices import (
-    GGN,
     Augmentation,
-    Backend,
     FCMode,
     GConvMode,
     Generator,
-    HessianStructure,
     InvarianceMethod,
     LayerGroup,
     ModelName,
-    Optimizer,
     PathName,
-    PriorMode,
 )
-from ella.config import Config, option
+from ella.config import option
 from ella.errors import ConfigError
+from ella.train.schedule import SCHEDULE_HELP, ScheduleConfig
 
 #: Network architectures ``build_model`` knows.
 MODELS = ModelName.values()
@@ -30,7 +26,7 @@ INVARIANCE_METHODS = InvarianceMethod.values()
 
 
 @dataclass
-class TrainConfig(Config):
+class TrainConfig(ScheduleConfig):
     """Everything that defines a training run.
 
     MAP training and learned-prior (ELLA) training are the same loop; with
@@ -88,35 +84,20 @@ class TrainConfig(Config):
     lr_eta: float = option(0.05, greater_than=0)
     augerino_reg: float = option(0.01, minimum=0)
     invariance_marglik_size: int = option(1000, minimum=1)
-    # MAP optimisation
-    epochs: int = option(10, minimum=1)
+    # MAP optimisation (epochs, optimiser and the evidence schedule: ScheduleConfig)
     batch_size: int = option(128, minimum=1)
-    optimizer: Optimizer = Optimizer.ADAM
-    lr: float = option(1e-3, greater_than=0)
-    lr_min: float = option(1e-6, minimum=0)
-    momentum: float = option(0.9, minimum=0, maximum=1)
     # marginal likelihood
-    learn_priors: bool = True
-    prior_structure: PriorMode = PriorMode.LAYER_PATH
-    prior_precision: float = option(0.01, greater_than=0)
-    n_epochs_burnin: int = option(4, minimum=0)
-    marglik_frequency: int = option(3, minimum=1)
-    n_hypersteps: int = option(20, minimum=0)
-    lr_hyp: float = option(0.1, greater_than=0)
     marglik_batch_size: int = option(500, minimum=1)
     marglik_subset_size: int | None = option(None, minimum=1)
-    backend: Backend = Backend.NATIVE
-    hessian: HessianStructure = HessianStructure.KRON
-    ggn: GGN = GGN.EXACT
     # run
-    seed: int = option(0, minimum=0)
     device: str = option("cpu", defines_run=False)
-    progress: bool = option(True, defines_run=False)
 
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         from ella.data.datasets import parse_name
         from ella.system import check_device_name
+
+        super().check()
 
         parse_name(self.dataset)
         check_device_name(self.device)
@@ -126,15 +107,8 @@ class TrainConfig(Config):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
         if not self.generators:
             raise ConfigError("generators must name at least one generator")
-        if self.lr_min > self.lr:
-            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         if self.invariance != "none" and self.augment != "none":
             raise ConfigError("use either --augment or --invariance, not both")
-        if self.backend == "native" and self.hessian != "kron":
-            raise ConfigError(
-                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
-                "(the native backend gives Kronecker factors only)"
-            )
         if self.marglik_subset_size is not None and self.hessian != "kron":
             raise ConfigError("--marglik-subset-size needs --hessian kron")
         if self.invariance == "learned" and self.hessian != "kron":
@@ -143,6 +117,7 @@ class TrainConfig(Config):
 
 #: Help text of every option of ``ella train`` (a test checks none is missing).
 HELP: dict[str, str] = {
+    **SCHEDULE_HELP,
     "dataset": "data set: [variant_]base, base one of mnist_subset (embedded), mnist, "
     "fashion_mnist, cifar10, cifar10_subset; variant one of rotated, translated, scaled, c4, "
     "d4, quadrant, quadrant40 (e.g. rotated_mnist)",
@@ -168,31 +143,12 @@ HELP: dict[str, str] = {
     "lr_eta": "Adam learning rate of the extents eta",
     "augerino_reg": "Augerino: weight of -||eta|| in the training loss",
     "invariance_marglik_size": "training images (the first N) in each evidence step for eta",
-    "epochs": "training epochs",
     "batch_size": "minibatch size for the weights",
-    "optimizer": "optimizer of the weights (sgd uses --momentum)",
-    "lr": "initial learning rate of the weights (cosine schedule)",
-    "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
-    "momentum": "SGD momentum in [0, 1] (ignored by adam)",
-    "learn_priors": "learn the prior precisions by marginal likelihood (--no-learn-priors: MAP)",
-    "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
-    "parameter tensor) or scalar (one in all)",
-    "prior_precision": "initial prior precision of every group",
-    "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
-    "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
-    "n_hypersteps": "Adam steps on the prior precisions per evidence fit",
-    "lr_hyp": "Adam learning rate for the log prior precisions",
     "marglik_batch_size": "batch size of the evidence fit",
     "marglik_subset_size": "fit the evidence on this many training images, drawn afresh "
     "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
     "whole training set (Immer et al., ICML 2023); unset: all training images",
-    "backend": "curvature backend of the Laplace evidence",
-    "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
-    "cannot fit in memory is refused before training)",
-    "ggn": "GGN: exact (one backward pass per class) or mc (one sampled class, faster)",
-    "seed": "random seed (initialisation and data order)",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
-    "progress": "show progress bars (may change on --resume)",
 }
 
 __all__ = ["HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]

@@ -41,11 +41,7 @@ from ella.models import BASELINE_MODELS, mixer
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
-
-
-def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
-    """Cosine decay from ``lr`` at step 0 to ``lr_min`` at step ``total``."""
-    return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
+from ella.train.schedule import cosine_lr, make_optimizer
 
 
 def evidence_epochs(config: TrainConfig) -> list[int]:
@@ -151,12 +147,7 @@ class Trainer:
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == "learned":
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
-        if config.optimizer == "sgd":
-            self.optimizer = torch.optim.SGD(
-                self.model.parameters(), lr=config.lr, momentum=config.momentum
-            )
-        else:
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.optimizer = make_optimizer(self.model, config)
         self.hyper_optimizer = self.priors.optimizer
         self.eta_optimizer = (
             torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None

@@ -1,0 +1,288 @@
+"""``ella.fit``: learn the layer-wise priors of your own model on your own DataLoader.
+
+The whole alternating job for any ``nn.Module`` made of ella's relaxed layers
+and/or ``nn.Linear``/``nn.Conv2d`` layers: MAP epochs with the prior term of a
+:class:`~ella.learner.PriorLearner`, evidence steps on the schedule of
+:class:`~ella.train.schedule.ScheduleConfig` (the same options and defaults
+as ``ella train``), test metrics per epoch, and optionally a run directory
+with a checkpoint after every epoch and exact resume.
+
+Resume is exact because everything random in an epoch is drawn from torch's
+global generator seeded with ``(seed, epoch)`` at the start of the epoch: a
+``DataLoader(shuffle=True)`` without its own generator draws its order from
+it. A loader with its own ``generator`` must make that a function of the
+epoch itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from ella.choices import Likelihood
+from ella.config import option
+from ella.errors import ConfigError, InputDataError, TrainingDivergedError
+from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
+from ella.learner import PriorLearner
+from ella.rundir import CHECKPOINT, METRICS, RESULTS, begin_run, checkpoint_note
+from ella.train.schedule import ScheduleConfig, cosine_lr, make_optimizer
+
+__all__ = ["FitConfig", "FitResult", "fit"]
+
+#: seeds the global generator at the start of epoch ``e``: ``seed * EPOCH_SEED + e``
+EPOCH_SEED = 1_000_003
+
+
+@dataclass
+class FitConfig(ScheduleConfig):
+    """The schedule of :class:`ScheduleConfig` plus the likelihood of the targets.
+
+    ``likelihood="classification"``: logits (B, K) and integer labels (B,), loss
+    cross-entropy. ``"regression"``: outputs and targets (B, D), loss
+    ``||f - y||^2 / (2 sigma_noise^2)`` per example (a Gaussian likelihood).
+    """
+
+    likelihood: Likelihood = Likelihood.CLASSIFICATION
+    sigma_noise: float = option(1.0, greater_than=0)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` learned and measured.
+
+    Attributes:
+        model: the trained model (the object passed in).
+        priors: the :class:`~ella.learner.PriorLearner` (precisions, last evidence).
+        prior_precision: ``{group: delta}``; ``prior_variance``: ``{group: 1/delta}``.
+        effective_parameters: one row per relaxed layer (FC/CONV/GCONV shares in
+            percent, effective parameters and prior variance per path); empty
+            without an evidence fit.
+        effective_parameters_other: the same per other module (heads, plain layers).
+        log_marglik: log evidence after each evidence step, at ``log_marglik_epochs``.
+        metrics: one dict per epoch (train loss, lr, test metrics, log evidence).
+    """
+
+    model: nn.Module
+    priors: PriorLearner
+    prior_precision: dict[str, float]
+    prior_variance: dict[str, float]
+    effective_parameters: list[dict]
+    effective_parameters_other: list[dict]
+    log_marglik: list[float]
+    log_marglik_epochs: list[int]
+    metrics: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """Plain JSON values (everything but the model and the learner)."""
+        return {
+            "prior_precision": self.prior_precision,
+            "prior_variance": self.prior_variance,
+            "effective_parameters": self.effective_parameters,
+            "effective_parameters_other": self.effective_parameters_other,
+            "log_marglik": self.log_marglik,
+            "log_marglik_epochs": self.log_marglik_epochs,
+            "metrics": self.metrics,
+        }
+
+
+def evidence_due(config: ScheduleConfig, epoch: int) -> bool:
+    """Whether the evidence is fitted after (1-based) ``epoch``."""
+    return (
+        config.learn_priors
+        and epoch >= config.n_epochs_burnin
+        and epoch % config.marglik_frequency == 0
+    )
+
+
+def data_loss(output: torch.Tensor, y: torch.Tensor, config: FitConfig) -> torch.Tensor:
+    """Mean negative log likelihood per example (up to constants)."""
+    if config.likelihood == "classification":
+        return F.cross_entropy(output, y)
+    return 0.5 * (output - y).square().sum(dim=-1).mean() / config.sigma_noise**2
+
+
+@torch.no_grad()
+def evaluate_loader(model: nn.Module, loader: Iterable, config: FitConfig) -> dict[str, float]:
+    """Mean loss (and accuracy for classification) over ``loader``."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, correct, n = 0.0, 0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        total += float(data_loss(out, y, config)) * len(y)
+        if config.likelihood == "classification":
+            correct += int((out.argmax(1) == y).sum())
+        n += len(y)
+    model.train(was_training)
+    metrics = {"nll" if config.likelihood == "classification" else "loss": total / n}
+    if config.likelihood == "classification":
+        metrics["accuracy"] = correct / n
+    return metrics
+
+
+def _n_examples(loader: Iterable) -> int:
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        raise ConfigError(
+            "train_loader must be a DataLoader (with a .dataset), not a plain iterable"
+        )
+    n = len(dataset)
+    if n == 0:
+        raise ConfigError("the training data set is empty")
+    return n
+
+
+def fit(
+    model: nn.Module,
+    train_loader: Iterable,
+    test_loader: Iterable | None = None,
+    config: FitConfig | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    **options,
+) -> FitResult:
+    """Train ``model`` with learned layer-wise priors (the alternating ELLA loop).
+
+    Args:
+        model: any network of ella's relaxed layers and/or ``nn.Linear``/``nn.Conv2d``
+            (on the device it should train on).
+        train_loader: a ``DataLoader`` of ``(x, y)`` batches; also the evidence's data.
+        test_loader: optional; evaluated after every epoch.
+        config: a :class:`FitConfig`; or give its options as keywords
+            (``fit(model, loader, epochs=20, n_epochs_burnin=5)``).
+        out: a run directory for ``config.json``, ``checkpoint.pt`` (every epoch),
+            ``metrics.jsonl`` and ``results.json``; ``None`` writes nothing.
+        resume: continue the run in ``out`` from its checkpoint (the same model
+            architecture, loaders and configuration).
+        overwrite: start again in an ``out`` that holds a run.
+
+    Returns:
+        A :class:`FitResult`.
+
+    Raises:
+        ConfigError: bad options or loaders (before any training).
+        TrainingDivergedError: the loss or the evidence stopped being finite (the
+            last epoch's checkpoint is kept).
+    """
+    if config is None:
+        config = FitConfig(**options)
+    elif options:
+        raise ConfigError(f"give either config or keyword options, not both ({sorted(options)})")
+    if not isinstance(config, FitConfig):
+        raise ConfigError(f"config must be a FitConfig, got {type(config).__name__}")
+    if resume and out is None:
+        raise ConfigError("resume=True needs out=<run directory>")
+    n_data = _n_examples(train_loader)
+    steps_per_epoch = len(train_loader)
+    priors = PriorLearner(
+        model,
+        n_data,
+        structure=config.prior_structure,
+        prior_precision=config.prior_precision,
+        lr=config.lr_hyp,
+        hessian=config.hessian,
+        backend=config.backend,
+        ggn=config.ggn,
+        likelihood=config.likelihood.value,
+        sigma_noise=config.sigma_noise,
+    )
+    optimizer = make_optimizer(model, config)
+    state = {"epoch": 0, "step": 0, "metrics": [], "log_marglik_epochs": []}
+    run_dir = Path(out) if out is not None else None
+
+    def load() -> None:
+        ckpt = load_checkpoint(run_dir / CHECKPOINT, config)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        priors.load_state_dict(ckpt["priors"])
+        state.update(ckpt["state"])
+
+    begin_run(run_dir, config, resume=resume, overwrite=overwrite, load=load)
+    total_steps = config.epochs * steps_per_epoch
+    bar = tqdm(
+        range(state["epoch"], config.epochs),
+        initial=state["epoch"],
+        total=config.epochs,
+        desc="epochs",
+        disable=not config.progress,
+    )
+    for _ in bar:
+        epoch = state["epoch"] + 1
+        torch.manual_seed(config.seed * EPOCH_SEED + epoch)
+        model.train()
+        device = next(model.parameters()).device
+        loss_sum, seen = 0.0, 0
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            lr = cosine_lr(state["step"], total_steps, config.lr, config.lr_min)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = data_loss(model(x), y, config) + priors.penalty()
+            if not torch.isfinite(loss):
+                if not torch.isfinite(x).all():
+                    raise InputDataError("the input data contains NaN or infinite values")
+                raise TrainingDivergedError(
+                    f"the training loss became {loss.item()} in epoch {epoch}; "
+                    f"{checkpoint_note(run_dir)}. Try a smaller lr."
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            state["step"] += 1
+            loss_sum += float(loss.detach()) * len(y)
+            seen += len(y)
+        row = {"epoch": epoch, "train_loss": loss_sum / seen, "lr": lr}
+        if evidence_due(config, epoch):
+            row["log_marglik"] = priors.evidence_step(
+                train_loader, config.n_hypersteps, progress=config.progress
+            )
+            row["prior_precision"] = priors.prior_precision
+            state["log_marglik_epochs"].append(epoch)
+        if test_loader is not None:
+            test = evaluate_loader(model, test_loader, config)
+            row.update({f"test_{k}": v for k, v in test.items()})
+        state["metrics"].append(row)
+        state["epoch"] = epoch
+        if run_dir is not None:
+            save_torch(
+                {
+                    "config": config.to_dict(),
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "priors": priors.state_dict(),
+                    "state": state,
+                },
+                run_dir / CHECKPOINT,
+            )
+            save_jsonl(state["metrics"], run_dir / METRICS)
+        bar.set_postfix(loss=f"{row['train_loss']:.3f}")
+    last_round = state["log_marglik_epochs"][-1:] == [state["epoch"]]
+    fitted_now = last_round and priors.evidence is not None
+    if not fitted_now:  # the report is always of the final weights (seeded: MC GGN)
+        torch.manual_seed(config.seed * EPOCH_SEED + config.epochs + 1)
+        priors.fit(train_loader)
+    report = priors.report()
+    result = FitResult(
+        model=model,
+        priors=priors,
+        prior_precision=priors.prior_precision,
+        prior_variance=priors.prior_variance,
+        effective_parameters=report["effective_parameters"],
+        effective_parameters_other=report["effective_parameters_other"],
+        log_marglik=list(priors.history),
+        log_marglik_epochs=list(state["log_marglik_epochs"]),
+        metrics=list(state["metrics"]),
+    )
+    if run_dir is not None:
+        save_json({**result.as_dict(), "config": config.to_dict()}, run_dir / RESULTS)
+    return result

@@ -1,0 +1,95 @@
+"""The options of the alternating schedule, shared by ``ella train`` and :func:`ella.fit`.
+
+MAP steps on the weights with the prior term ``1/2 sum delta theta^2 / N``
+(cosine learning rate), and, after ``n_epochs_burnin`` epochs and every
+``marglik_frequency`` epochs, one evidence fit with ``n_hypersteps`` Adam
+steps on the log prior precisions (the ELLA reference's schedule).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ella.choices import GGN, Backend, HessianStructure, Optimizer, PriorMode
+from ella.config import Config, option
+from ella.errors import ConfigError
+
+
+@dataclass
+class ScheduleConfig(Config):
+    """Optimiser, learning-rate schedule and evidence schedule (see the module docstring)."""
+
+    # MAP optimisation
+    epochs: int = option(10, minimum=1)
+    optimizer: Optimizer = Optimizer.ADAM
+    lr: float = option(1e-3, greater_than=0)
+    lr_min: float = option(1e-6, minimum=0)
+    momentum: float = option(0.9, minimum=0, maximum=1)
+    # marginal likelihood
+    learn_priors: bool = True
+    prior_structure: PriorMode = PriorMode.LAYER_PATH
+    prior_precision: float = option(0.01, greater_than=0)
+    n_epochs_burnin: int = option(4, minimum=0)
+    marglik_frequency: int = option(3, minimum=1)
+    n_hypersteps: int = option(20, minimum=0)
+    lr_hyp: float = option(0.1, greater_than=0)
+    backend: Backend = Backend.NATIVE
+    hessian: HessianStructure = HessianStructure.KRON
+    ggn: GGN = GGN.EXACT
+    # run
+    seed: int = option(0, minimum=0)
+    progress: bool = option(True, defines_run=False)
+
+    def check(self) -> None:
+        if self.lr_min > self.lr:
+            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+        if self.backend == "native" and self.hessian != "kron":
+            raise ConfigError(
+                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
+                "(the native backend gives Kronecker factors only)"
+            )
+
+
+def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
+    """Cosine decay from ``lr`` at step 0 to ``lr_min`` at step ``total``."""
+    return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
+
+
+def make_optimizer(parameters, config: ScheduleConfig) -> torch.optim.Optimizer:
+    """SGD with momentum or Adam over ``parameters`` (an iterable or a module's), at
+    ``config.lr``."""
+    if isinstance(parameters, nn.Module):
+        parameters = parameters.parameters()
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum)
+    return torch.optim.Adam(parameters, lr=config.lr)
+
+
+#: Help text of every option of :class:`ScheduleConfig`.
+SCHEDULE_HELP: dict[str, str] = {
+    "epochs": "training epochs",
+    "optimizer": "optimizer of the weights (sgd uses --momentum)",
+    "lr": "initial learning rate of the weights (cosine schedule)",
+    "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
+    "momentum": "SGD momentum in [0, 1] (ignored by adam)",
+    "learn_priors": "learn the prior precisions by marginal likelihood (--no-learn-priors: MAP)",
+    "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
+    "parameter tensor) or scalar (one in all)",
+    "prior_precision": "initial prior precision of every group",
+    "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
+    "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
+    "n_hypersteps": "Adam steps on the prior precisions per evidence fit",
+    "lr_hyp": "Adam learning rate for the log prior precisions",
+    "backend": "curvature backend of the Laplace evidence",
+    "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
+    "cannot fit in memory is refused before training)",
+    "ggn": "GGN: exact (one backward pass per class) or mc (one sampled class, faster)",
+    "seed": "random seed (initialisation and data order)",
+    "progress": "show progress bars (may change on --resume)",
+}
+
+__all__ = ["SCHEDULE_HELP", "ScheduleConfig", "cosine_lr", "make_optimizer"]

@@ -1,0 +1,141 @@
+"""ella.fit: the alternating job for a user's own model and DataLoader."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import ella
+from ella import FitConfig, PriorLearner
+from ella.errors import ConfigError
+from ella.nn import GroupPool, Lift, RelaxedLayer
+from ella.train.fit import EPOCH_SEED, evidence_due
+from ella.train.schedule import cosine_lr
+
+SCHEDULE = dict(
+    epochs=3, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=5, ggn="mc",
+    lr=3e-3, progress=False,
+)  # fmt: skip
+
+
+def user_model() -> nn.Module:
+    """Two relaxed layers between Lift and GroupPool, then an nn.Linear head."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        OrderedDict(
+            lift=Lift("C4"),
+            layer1=RelaxedLayer(1, 2, 8),
+            layer2=RelaxedLayer(2, 2, 8, stride=2),
+            pool=GroupPool("C4"),
+            gap=nn.AdaptiveAvgPool2d(1),
+            flat=nn.Flatten(),
+            head=nn.Linear(2, 3),
+        )
+    )
+
+
+def loaders():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(40, 1, 8, 8, generator=g), torch.randint(3, (40,), generator=g)
+    train = DataLoader(TensorDataset(x[:32], y[:32]), batch_size=8, shuffle=True)
+    return train, DataLoader(TensorDataset(x[32:], y[32:]), batch_size=8)
+
+
+def test_fit_learns_the_priors_of_a_users_model(tmp_path):
+    train, test = loaders()
+    result = ella.fit(user_model(), train, test, out=tmp_path / "run", **SCHEDULE)
+    assert result.log_marglik_epochs == [1, 2, 3] and len(result.log_marglik) == 3
+    assert len(set(result.prior_precision.values())) > 1  # moved apart from the common 0.01
+    assert [r["layer"] for r in result.effective_parameters] == ["layer1", "layer2"]
+    assert [r["module"] for r in result.effective_parameters_other] == ["head"]
+    assert all("test_accuracy" in row for row in result.metrics)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["prior_variance"] == pytest.approx(result.prior_variance)
+    assert saved["config"]["n_hypersteps"] == 5
+
+
+class SimulatedCrashError(Exception):
+    pass
+
+
+def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
+    train, test = loaders()
+    whole = ella.fit(user_model(), train, test, out=tmp_path / "a", **SCHEDULE)
+
+    class StopsInEpoch2:  # a test loader that fails when evaluated after epoch 2
+        calls = 0
+
+        def __iter__(self):
+            StopsInEpoch2.calls += 1
+            if StopsInEpoch2.calls == 2:
+                raise SimulatedCrashError
+            return iter(test)
+
+    with pytest.raises(SimulatedCrashError):
+        ella.fit(user_model(), train, StopsInEpoch2(), out=tmp_path / "b", **SCHEDULE)
+    assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()[0])["epoch"] == 1
+    model = user_model()
+    resumed = ella.fit(model, train, test, out=tmp_path / "b", resume=True, **SCHEDULE)
+    assert resumed.prior_precision == whole.prior_precision
+    assert resumed.log_marglik == whole.log_marglik and resumed.metrics == whole.metrics
+    for a, b in zip(whole.model.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights():
+    train, test = loaders()
+    result = ella.fit(user_model(), train, **SCHEDULE)
+
+    config = FitConfig(**SCHEDULE)
+    model = user_model()
+    priors = PriorLearner(model, n_data=32, prior_precision=0.01, ggn="mc")
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
+    step, total = 0, config.epochs * len(train)
+    for epoch in range(1, config.epochs + 1):
+        torch.manual_seed(config.seed * EPOCH_SEED + epoch)  # fit's data order and MC labels
+        for x, y in train:
+            for group in optimiser.param_groups:
+                group["lr"] = cosine_lr(step, total, config.lr, config.lr_min)
+            loss = F.cross_entropy(model(x), y) + priors.penalty()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            step += 1
+        if evidence_due(config, epoch):
+            priors.evidence_step(train, n_hypersteps=config.n_hypersteps)
+    assert priors.prior_precision == result.prior_precision
+    for a, b in zip(result.model.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_regression_with_a_gaussian_likelihood():
+    torch.manual_seed(0)
+    x = torch.randn(64, 2)
+    y = torch.stack([torch.sin(x[:, 0]), x[:, 1] ** 2], 1) + 0.1 * torch.randn(64, 2)
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 2))
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    result = ella.fit(
+        model, loader, loader, likelihood="regression", sigma_noise=0.1, epochs=4,
+        n_epochs_burnin=2, marglik_frequency=1, n_hypersteps=10, lr=1e-2, progress=False,
+    )  # fmt: skip
+    assert result.metrics[-1]["test_loss"] < result.metrics[0]["test_loss"]
+    assert all(torch.isfinite(torch.tensor(result.log_marglik)))
+    assert result.priors.evidence.likelihood == "regression"
+
+
+def test_bad_options_and_loaders_are_refused_before_any_training():
+    train, _ = loaders()
+    with pytest.raises(ConfigError, match="classification, regression"):
+        ella.fit(user_model(), train, likelihood="poisson")
+    with pytest.raises(ConfigError, match="either config or keyword"):
+        ella.fit(user_model(), train, config=FitConfig(), epochs=2)
+    with pytest.raises(ConfigError, match="DataLoader"):
+        ella.fit(user_model(), list(train))
+    with pytest.raises(ConfigError, match="needs out"):
+        ella.fit(user_model(), train, resume=True)
