@@ -143,3 +143,14 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     assert out.count("log evidence") == 2 and "layer1" in out and "layer2" in out
     state = torch.load(tmp_path / "priors.pt", weights_only=True)
     assert state["groups"][:3] == ["layer1.fc", "layer1.conv", "layer1.gconv"]
+
+
+@pytest.mark.slow
+def test_the_readme_fit_example_runs(tmp_path, monkeypatch, capsys):
+    block = re.search(r"<!-- fit example.*?-->\n```python\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "the ella.fit example is missing from the README"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.group(1), "README fit example", "exec"), {})
+    out = capsys.readouterr().out
+    assert "layer1.gconv" in out and "'layer': 'layer1'" in out
+    assert (tmp_path / "my-run" / "checkpoint.pt").is_file()
