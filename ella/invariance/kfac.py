@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.marglik.evidence import check_supported
+from ella.marglik.support import check_supported
 from ella.nn.paths import per_module_calls
 
 __all__ = ["KronBlock", "kron_factors", "module_blocks"]

@@ -28,7 +28,7 @@ from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 
 from ella.choices import GGN, Backend, HessianStructure
-from ella.errors import ConfigError, EllaError, EvidenceError, InputDataError, TrainingDivergedError
+from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
     dense_hessian,
     hessian_scale,
@@ -39,6 +39,7 @@ from ella.marglik.laplace_internals import (
 )
 from ella.marglik.native import NativeGGN
 from ella.marglik.priors import PriorStructure
+from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
 
@@ -91,40 +92,6 @@ _LAPLACE = {
     HessianStructure.FULL: FullLaplace,
     HessianStructure.DIAG: DiagLaplace,
 }
-SUPPORTED_MODULES = (nn.Linear, nn.Conv2d)
-
-
-class UnsupportedModuleError(EllaError, ValueError):
-    """A parameter lives in a module the Kronecker-factored backends cannot handle."""
-
-
-def check_supported(model: nn.Module) -> None:
-    """Raise if a parameter is not the weight/bias of an ``nn.Linear`` or ``nn.Conv2d``,
-    or if a module has only some of its parameters frozen."""
-    partial = []
-    for name, m in model.named_modules():
-        own = dict(m.named_parameters(recurse=False))
-        if len({p.requires_grad for p in own.values()}) > 1:
-            frozen = ", ".join(n for n, p in own.items() if not p.requires_grad)
-            partial.append(f"{name or '<model>'} ({frozen} frozen)")
-    if partial:
-        raise UnsupportedModuleError(
-            "the Kronecker-factored evidence needs each module's weight and bias both trainable "
-            f"or both frozen; partly frozen: {', '.join(partial)}. Freeze the whole module "
-            "(module.requires_grad_(False)) or none of it."
-        )
-    bad = [
-        f"{name or '<model>'} ({type(m).__name__})"
-        for name, m in model.named_modules()
-        if any(p.requires_grad for p in m.parameters(recurse=False))
-        and not isinstance(m, SUPPORTED_MODULES)
-    ]
-    if bad:
-        raise UnsupportedModuleError(
-            "the Kronecker-factored evidence supports parameters of nn.Linear and nn.Conv2d "
-            f"modules only; unsupported: {', '.join(bad)}. Put symmetry in parameter-free "
-            "transforms around such modules (as ella.nn does), or freeze these parameters."
-        )
 
 
 def hessian_bytes(model: nn.Module, structure: HessianStructure | str) -> int:

@@ -40,6 +40,7 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
+from ella.marglik.support import UnsupportedModuleError, check_supported
 from ella.nn.paths import FCPath, GConvPath
 
 __all__ = ["NativeGGN", "curvature_blocks"]
@@ -252,8 +253,6 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
         UnsupportedModuleError: a parameter outside ``nn.Linear``/``nn.Conv2d``, a
             partly frozen module, or parameters in an order the blocks do not follow.
     """
-    from ella.marglik.evidence import UnsupportedModuleError, check_supported
-
     check_supported(model)
     blocks: list[_ModuleBlock | _FCPathBlock] = []
     inside_fc: set[int] = set()  # modules handled by their path's block
