@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from ella.choices import (
     EnsembleMethod,
+    FCMode,
+    GConvMode,
     GroupAugmentation,
     LayerGroup,
     Lengthscales,
@@ -53,6 +55,8 @@ class EnsembleConfig(Config):
     paths: tuple[PathName, ...] = (PathName.GCONV,)
     group: LayerGroup = LayerGroup.C4
     width: int = option(2, minimum=1)
+    gconv_mode: GConvMode = GConvMode.FULL
+    fc_mode: FCMode = FCMode.FACTORIZED
     # ensemble
     members: int = option(5, minimum=1)
     method: EnsembleMethod = EnsembleMethod.DE
@@ -124,6 +128,9 @@ HELP: dict[str, str] = {
     "paths": "paths of every mixer layer (gconv only: exactly invariant)",
     "group": "group the mixer lifts to (exact pixel symmetries only)",
     "width": "channel multiplier (cnn: 8w and 16w channels; mixer: w x (1, 2, 2, 4, 4, 8, 8, 16))",
+    "gconv_mode": "mixer GCONV path: full (regular group convolution) or shared (one filter "
+    "per copy)",
+    "fc_mode": "mixer FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",
     "repulsion_scale": "weight of the log kernel density relative to the mean training loss; "

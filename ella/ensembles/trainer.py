@@ -49,7 +49,7 @@ from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_m
 from ella.errors import TrainingDivergedError
 from ella.groups import Group, get_group
 from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
-from ella.models import BASELINE_MODELS, mixer
+from ella.models.build import build_model
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.loop import epoch_bar
@@ -137,17 +137,7 @@ def default_model_fn(config: EnsembleConfig, data: ImageData) -> Callable[[], nn
     """The network the configuration names (an ella mixer, or a plain cnn/mlp baseline)."""
 
     def build() -> nn.Module:
-        if config.model in BASELINE_MODELS:
-            baseline = BASELINE_MODELS[config.model]
-            return baseline(data.in_channels, data.num_classes, data.image_size, width=config.width)
-        return mixer(
-            data.in_channels,
-            data.num_classes,
-            data.image_size,
-            group=config.group,
-            paths=config.paths,
-            width=config.width,
-        )
+        return build_model(config, data.in_channels, data.num_classes, data.image_size)
 
     return build
 

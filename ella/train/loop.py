@@ -37,7 +37,7 @@ from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
 from ella.learner import PriorLearner
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
-from ella.models import BASELINE_MODELS, mixer
+from ella.models.build import build_model
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
@@ -59,22 +59,6 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
 def epoch_bar(done: int, total: int, desc: str, progress: bool) -> tqdm:
     """Progress bar over the epochs still to train (``done`` of ``total`` completed)."""
     return tqdm(range(done, total), initial=done, total=total, desc=desc, disable=not progress)
-
-
-def build_model(config: TrainConfig, in_channels: int, num_classes: int, size: int) -> nn.Module:
-    """The configured network (without the invariance wrapper)."""
-    if config.model in BASELINE_MODELS:
-        return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
-    return mixer(
-        in_channels,
-        num_classes,
-        size,
-        group=config.group,
-        paths=config.paths,
-        width=config.width,
-        gconv_mode=config.gconv_mode,
-        fc_mode=config.fc_mode,
-    )
 
 
 @torch.no_grad()

@@ -230,3 +230,20 @@ def test_gradient_norms_split_the_update_into_its_terms():
     half = trainer(method="forde", weight_decay=1e-3, repulsion_scale=0.25).gradient_norms(x, y)
     assert half["repulsion"] == pytest.approx(norms["repulsion"] / 2, rel=1e-4)
     assert half["likelihood"] == pytest.approx(norms["likelihood"], rel=1e-6)
+
+
+def test_the_default_members_are_the_mixer_the_config_names():
+    """Every mixer option reaches the members (gconv_mode and fc_mode were once dropped)."""
+    from ella.data import load_dataset
+    from ella.ensembles.trainer import default_model_fn
+
+    config = EnsembleConfig(
+        model="mixer", paths=("fc", "gconv"), gconv_mode="shared", fc_mode="dense", width=1,
+        group="D4", progress=False,
+    )  # fmt: skip
+    data = load_dataset("mnist_subset", train_size=8, test_size=8)
+    member = default_model_fn(config, data)()
+    assert member.group.name == "D4"
+    for layer in member.layers.values():
+        assert layer.path_names == ("fc", "gconv")
+        assert layer.paths["gconv"].mode == "shared" and layer.paths["fc"].mode == "dense"
