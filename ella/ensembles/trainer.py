@@ -48,11 +48,11 @@ from ella.ensembles.members import Ensemble, init_members
 from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
 from ella.errors import TrainingDivergedError
 from ella.groups import Group, get_group
-from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
+from ella.io import load_checkpoint, save_json
 from ella.models.build import build_model
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
-from ella.train.loop import epoch_bar
+from ella.train.engine import Stream, epoch_bar, epoch_generator, save_epoch
 from ella.train.schedule import cosine_lr, make_optimizer
 
 __all__ = [
@@ -204,8 +204,8 @@ class EnsembleTrainer:
         """The augmented minibatches of an epoch (the same for every member and every run
         with the same ``seed``; reproducible after a resume)."""
         cfg = self.config
-        order = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
-        augment = torch.Generator().manual_seed(cfg.seed * 7_919 + epoch)
+        order = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
+        augment = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=order
         )
@@ -310,10 +310,7 @@ class EnsembleTrainer:
         }
 
     def save(self) -> None:
-        if self.out is None:
-            return
-        save_torch(self.checkpoint(), self.out / CHECKPOINT)
-        save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
+        save_epoch(self.out, self.checkpoint(), self.state.metrics)
 
     def load(self) -> None:
         if self.out is None:

@@ -23,20 +23,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from ella.choices import Likelihood
 from ella.config import option
 from ella.errors import ConfigError, InputDataError, TrainingDivergedError
-from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
+from ella.io import load_checkpoint, save_json
 from ella.learner import PriorLearner
-from ella.rundir import CHECKPOINT, METRICS, RESULTS, begin_run, checkpoint_note
+from ella.rundir import CHECKPOINT, RESULTS, begin_run, checkpoint_note
+from ella.train.engine import Stream, epoch_bar, epoch_seed, save_epoch
 from ella.train.schedule import ScheduleConfig, cosine_lr, make_optimizer
 
 __all__ = ["FitConfig", "FitResult", "fit"]
-
-#: seeds the global generator at the start of epoch ``e``: ``seed * EPOCH_SEED + e``
-EPOCH_SEED = 1_000_003
 
 
 @dataclass
@@ -209,16 +206,10 @@ def fit(
 
     begin_run(run_dir, config, resume=resume, overwrite=overwrite, load=load)
     total_steps = config.epochs * steps_per_epoch
-    bar = tqdm(
-        range(state["epoch"], config.epochs),
-        initial=state["epoch"],
-        total=config.epochs,
-        desc="epochs",
-        disable=not config.progress,
-    )
+    bar = epoch_bar(state["epoch"], config.epochs, "epochs", config.progress)
     for _ in bar:
         epoch = state["epoch"] + 1
-        torch.manual_seed(config.seed * EPOCH_SEED + epoch)
+        torch.manual_seed(epoch_seed(config.seed, epoch, Stream.DATA_ORDER))
         model.train()
         device = next(model.parameters()).device
         loss_sum, seen = 0.0, 0
@@ -254,22 +245,19 @@ def fit(
         state["metrics"].append(row)
         state["epoch"] = epoch
         if run_dir is not None:
-            save_torch(
-                {
-                    "config": config.to_dict(),
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "priors": priors.state_dict(),
-                    "state": state,
-                },
-                run_dir / CHECKPOINT,
-            )
-            save_jsonl(state["metrics"], run_dir / METRICS)
+            checkpoint = {
+                "config": config.to_dict(),
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "priors": priors.state_dict(),
+                "state": state,
+            }
+            save_epoch(run_dir, checkpoint, state["metrics"])
         bar.set_postfix(loss=f"{row['train_loss']:.3f}")
     last_round = state["log_marglik_epochs"][-1:] == [state["epoch"]]
     fitted_now = last_round and priors.evidence is not None
     if not fitted_now:  # the report is always of the final weights (seeded: MC GGN)
-        torch.manual_seed(config.seed * EPOCH_SEED + config.epochs + 1)
+        torch.manual_seed(epoch_seed(config.seed, config.epochs + 1, Stream.DATA_ORDER))
         priors.fit(train_loader)
     report = priors.report()
     result = FitResult(

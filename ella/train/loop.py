@@ -33,7 +33,7 @@ from ella.data.transforms import augment
 from ella.errors import EvidenceError, InputDataError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
-from ella.io import load_checkpoint, save_json, save_jsonl, save_torch
+from ella.io import load_checkpoint, save_json
 from ella.learner import PriorLearner
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
@@ -41,6 +41,7 @@ from ella.models.build import build_model
 from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
+from ella.train.engine import Stream, epoch_bar, epoch_generator, save_epoch
 from ella.train.schedule import cosine_lr, make_optimizer
 
 
@@ -54,11 +55,6 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
         for e in range(1, config.epochs + 1)
         if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
     ]
-
-
-def epoch_bar(done: int, total: int, desc: str, progress: bool) -> tqdm:
-    """Progress bar over the epochs still to train (``done`` of ``total`` completed)."""
-    return tqdm(range(done, total), initial=done, total=total, desc=desc, disable=not progress)
 
 
 @torch.no_grad()
@@ -198,8 +194,7 @@ class Trainer:
         }
 
     def save(self) -> None:
-        save_torch(self.checkpoint(), self.out / CHECKPOINT)
-        save_jsonl(self.state.metrics, self.out / "metrics.jsonl")
+        save_epoch(self.out, self.checkpoint(), self.state.metrics)
 
     def load(self) -> None:
         ckpt = load_checkpoint(self.out / CHECKPOINT, self.config)
@@ -216,9 +211,10 @@ class Trainer:
     def train_epoch(self) -> dict[str, float]:
         cfg, model = self.config, self.model
         model.train()
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.state.epoch)
-        augment_generator = torch.Generator().manual_seed(cfg.seed * 7_919 + self.state.epoch)
-        eps_generator = torch.Generator().manual_seed(cfg.seed * 15_485_863 + self.state.epoch)
+        epoch = self.state.epoch
+        generator = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
+        augment_generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
+        eps_generator = epoch_generator(cfg.seed, epoch, Stream.TRANSFORMATIONS)
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
         )
@@ -261,7 +257,7 @@ class Trainer:
         m = self.config.marglik_subset_size
         if m is None or m >= self.n_train:
             return self.data.train
-        generator = torch.Generator().manual_seed(self.config.seed * 31_337 + self.state.epoch)
+        generator = epoch_generator(self.config.seed, self.state.epoch, Stream.EVIDENCE_SUBSET)
         return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
 
     def fit_evidence(self) -> LaplaceEvidence:
@@ -301,7 +297,7 @@ class Trainer:
         the evidence subset with fresh transformation samples.
         """
         cfg = self.config
-        generator = torch.Generator().manual_seed(cfg.seed * 104_729 + self.state.epoch)
+        generator = epoch_generator(cfg.seed, self.state.epoch, Stream.INVARIANCE_EVIDENCE)
         learned_eta = cfg.invariance == "learned"
         leaves = ([self.model.eta] if learned_eta else []) + (
             [self.log_prior] if cfg.learn_priors else []

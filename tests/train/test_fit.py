@@ -15,7 +15,8 @@ import ella
 from ella import FitConfig, PriorLearner
 from ella.errors import ConfigError
 from ella.nn import GroupPool, Lift, RelaxedLayer
-from ella.train.fit import EPOCH_SEED, evidence_due
+from ella.train.engine import Stream, epoch_seed
+from ella.train.fit import evidence_due
 from ella.train.schedule import cosine_lr
 
 SCHEDULE = dict(
@@ -98,7 +99,9 @@ def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights()
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     step, total = 0, config.epochs * len(train)
     for epoch in range(1, config.epochs + 1):
-        torch.manual_seed(config.seed * EPOCH_SEED + epoch)  # fit's data order and MC labels
+        torch.manual_seed(
+            epoch_seed(config.seed, epoch, Stream.DATA_ORDER)
+        )  # fit's data order and MC labels
         for x, y in train:
             for group in optimiser.param_groups:
                 group["lr"] = cosine_lr(step, total, config.lr, config.lr_min)
