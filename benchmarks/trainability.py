@@ -17,7 +17,7 @@ variants change one thing at a time against the default mixer (width 2, C4,
 
 ``python -m benchmarks.trainability`` (profile ``cpu``: 5000 MNIST training
 images, 2000 test images, 200 steps) writes ``results/trainability.{json,md}``;
-finished variants are kept in ``results/trainability.partial.json`` so that an
+finished variants are kept in ``results/.trainability_cpu.partial.json`` so that an
 interrupted run continues. Accuracies are comparable within one profile; the
 seconds are wall-clock on whatever else the machine was doing.
 """
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     data = load_dataset(dataset, args.data_dir, profile["train_size"], profile["test_size"])
     settings = {**profile, "batch_size": args.batch_size, "seed": args.seed, "dataset": dataset}
     results = Path(args.results_dir)
-    partial = results / f"trainability_{args.profile}.partial.json"
+    partial = results / f".trainability_{args.profile}.partial.json"
     done = {}
     if partial.is_file():
         saved = json.loads(partial.read_text())
