@@ -23,6 +23,7 @@ def test_committed_notebook_is_rendered():
 @pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's run directories go here
+    monkeypatch.setenv("ELLA_NOTEBOOK_SMOKE", "1")  # 64 images, 1 epoch: every cell runs, in seconds
     before = sorted(NOTEBOOKS.iterdir())
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:  # execute a clean copy
