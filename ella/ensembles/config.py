@@ -12,11 +12,11 @@ from ella.choices import (
     LayerGroup,
     Lengthscales,
     ModelName,
-    Optimizer,
     PathName,
 )
-from ella.config import Config, option
+from ella.config import option
 from ella.errors import ConfigError
+from ella.train.schedule import OPTIMIZER_HELP, OptimizerConfig
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = EnsembleMethod.values()
@@ -27,7 +27,7 @@ LENGTHSCALES = Lengthscales.values()
 
 
 @dataclass
-class EnsembleConfig(Config):
+class EnsembleConfig(OptimizerConfig):
     """Everything that defines an ensemble training run.
 
     Members ``i = 0 .. members-1`` are initialised with seed ``init_seed + i``
@@ -64,22 +64,15 @@ class EnsembleConfig(Config):
     lengthscales: Lengthscales = Lengthscales.IDENTITY
     alpha: float = option(0.5, minimum=0, maximum=1)
     vectorize: bool = True
-    # optimisation
-    epochs: int = option(10, minimum=1)
+    # optimisation (epochs, optimizer, lr, lr_min, momentum: OptimizerConfig)
     batch_size: int = option(128, minimum=1)
-    optimizer: Optimizer = Optimizer.ADAM
-    lr: float = option(1e-3, greater_than=0)
-    lr_min: float = option(1e-6, minimum=0)
-    momentum: float = option(0.9, minimum=0, maximum=1)
     weight_decay: float = option(0.0, minimum=0)
     # evaluation
     corruption_severities: tuple[int, ...] = option((1, 3, 5), nargs="*")
     osp_group: str | None = None
-    # run
-    seed: int = option(0, minimum=0)
+    # run (seed, progress: OptimizerConfig)
     init_seed: int | None = option(None, minimum=0)
     device: str = option("cpu", defines_run=False)
-    progress: bool = option(True, defines_run=False)
 
     @property
     def member_seeds(self) -> list[int]:
@@ -94,12 +87,11 @@ class EnsembleConfig(Config):
         from ella.groups import get_group
         from ella.system import check_device_name
 
+        super().check()
         parse_name(self.dataset)
         check_device_name(self.device)
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv")
-        if self.lr_min > self.lr:
-            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         if self.method != "de" and self.members < 2:
             raise ConfigError(f"method {self.method} repels members and needs members >= 2")
         for name in ("augment_group", "osp_group"):
@@ -139,12 +131,8 @@ HELP: dict[str, str] = {
     "((1-alpha) I + alpha Lambda)",
     "alpha": "mixing weight of --lengthscales mix",
     "vectorize": "run members with torch.func.vmap (--no-vectorize: a loop, same results)",
-    "epochs": "training epochs",
+    **OPTIMIZER_HELP,
     "batch_size": "minibatch size (before orbit augmentation multiplies it by |G|)",
-    "optimizer": "optimizer of the weights (sgd uses --momentum)",
-    "lr": "initial learning rate (cosine schedule)",
-    "lr_min": "final learning rate of the cosine schedule",
-    "momentum": "SGD momentum (ignored by adam)",
     "weight_decay": "Gaussian prior precision / N (an L2 term on every member)",
     "corruption_severities": "severities (1-5) of the corrupted test sets in the evaluation "
     "(none given: no corrupted evaluation)",
@@ -153,7 +141,6 @@ HELP: dict[str, str] = {
     "seed": "seed of the data order and augmentation (and of member 0 unless --init-seed)",
     "init_seed": "member i is initialised with seed init_seed + i (default: --seed)",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
-    "progress": "show progress bars (may change on --resume)",
 }
 
 __all__ = ["AUGMENTATIONS", "HELP", "LENGTHSCALES", "METHODS", "EnsembleConfig"]

@@ -24,9 +24,7 @@ their theorem), ``sampled`` on one random element per image and step.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -46,14 +44,12 @@ from ella.ensembles.kernels import (
 )
 from ella.ensembles.members import Ensemble, init_members
 from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_metrics
-from ella.errors import TrainingDivergedError
 from ella.groups import Group, get_group
-from ella.io import load_checkpoint, save_json
+from ella.io import save_json
 from ella.models.build import build_model
-from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
 from ella.system import resolve_device
-from ella.train.engine import Stream, epoch_bar, epoch_generator, save_epoch
-from ella.train.schedule import cosine_lr, make_optimizer
+from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
+from ella.train.schedule import make_optimizer
 
 __all__ = [
     "EnsembleTrainer",
@@ -142,17 +138,8 @@ def default_model_fn(config: EnsembleConfig, data: ImageData) -> Callable[[], nn
     return build
 
 
-@dataclass
-class EnsembleState:
-    """What changes during training (and goes into the checkpoint)."""
-
-    epoch: int = 0
-    step: int = 0
-    metrics: list[dict] = field(default_factory=list)
-
-
-class EnsembleTrainer:
-    """Trains an ensemble as configured, writing a run directory.
+class EnsembleTrainer(EpochRun):
+    """Trains an ensemble as configured, writing a run directory (on :class:`EpochRun`).
 
     Args:
         config: the run's configuration.
@@ -190,7 +177,7 @@ class EnsembleTrainer:
             if config.repulsion_scale is not None
             else 1.0 / config.batch_size
         )
-        self.state = EnsembleState()
+        self.state = EpochState()
 
     def _lengthscale_metric(self) -> LengthscaleMetric | None:
         cfg = self.config
@@ -263,10 +250,11 @@ class EnsembleTrainer:
             norms[name] = float(torch.cat(flat).norm()) if flat else 0.0
         return norms
 
+    divergence_hint = "Try a smaller --lr or --repulsion-scale."
+
     def train_epoch(self) -> dict[str, float]:
         cfg = self.config
         self.ensemble.train()
-        total_steps = cfg.epochs * self.steps_per_epoch
         sums: dict[str, float] = {}
         seen = 0
         bar = tqdm(
@@ -277,16 +265,9 @@ class EnsembleTrainer:
             disable=not cfg.progress,
         )
         for x, y in bar:
-            lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+            lr = self.set_lr(self.optimizer)
             surrogate, parts = self.loss(x, y)
-            if not torch.isfinite(surrogate):
-                raise TrainingDivergedError(
-                    f"the ensemble loss became {surrogate.item()} at epoch {self.state.epoch + 1}, "
-                    f"step {self.state.step + 1}; {checkpoint_note(self.out)}. "
-                    "Try a smaller --lr or --repulsion-scale."
-                )
+            self.check_loss(surrogate, x, "ensemble loss")
             self.optimizer.zero_grad(set_to_none=True)
             surrogate.backward()
             self.optimizer.step()
@@ -301,43 +282,28 @@ class EnsembleTrainer:
         return row
 
     # ------------------------------------------------------------------ persistence
-    def checkpoint(self) -> dict:
+    def checkpoint_entries(self) -> dict:
         return {
-            "config": self.config.to_dict(),
             "members": self.ensemble.member_state_dicts(),
             "optimizer": self.optimizer.state_dict(),
-            "state": self.state.__dict__,
         }
 
-    def save(self) -> None:
-        save_epoch(self.out, self.checkpoint(), self.state.metrics)
-
-    def load(self) -> None:
-        if self.out is None:
-            raise ValueError("resuming needs a run directory (out_dir)")
-        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config)
+    def restore_entries(self, ckpt: dict) -> None:
         self.ensemble.load_member_state_dicts(ckpt["members"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.state = EnsembleState(**ckpt["state"])
 
     # ------------------------------------------------------------------ run
+    def postfix(self, row: dict) -> dict[str, str]:
+        return {"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_accuracy']:.3f}"}
+
     def run(self, resume: bool = False, evaluate: bool = True, overwrite: bool = False) -> dict:
         """Train to the configured number of epochs; evaluate and write ``results.json``.
 
         ``resume`` and ``overwrite`` as for :meth:`ella.train.Trainer.run`.
         """
-        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
-        start = time.perf_counter()
         cfg = self.config
-        bar = epoch_bar(self.state.epoch, cfg.epochs, f"{cfg.method} x{cfg.members}", cfg.progress)
-        for _ in bar:
-            row = self.train_epoch()
-            self.state.epoch += 1
-            row["epoch"] = self.state.epoch
-            self.state.metrics.append(row)
-            self.save()
-            bar.set_postfix(loss=f"{row['train_loss']:.3f}", acc=f"{row['train_accuracy']:.3f}")
-        seconds = time.perf_counter() - start
+        desc = f"{cfg.method} x{cfg.members}"
+        seconds = self.run_epochs(desc, resume=resume, overwrite=overwrite)
         return self.evaluate(seconds) if evaluate else {"train_time_s": seconds}
 
     def evaluate(self, train_seconds: float = float("nan")) -> dict:

@@ -1,5 +1,9 @@
 """Run machinery shared by ``ella train``, ``ella ensemble`` and :func:`ella.fit`.
 
+* :class:`EpochRun`: the epoch loop with run directory, resume, learning-rate
+  schedule, divergence check, checkpoints and progress bar; each command
+  subclasses it with how one epoch trains and what its checkpoint holds;
+
 * :func:`epoch_generator`: every random stream of an epoch (data order,
   augmentation, transformation noise, evidence subsets) is a generator seeded
   by the run's seed, the epoch and the stream's own constant, so a resumed run
@@ -11,16 +15,31 @@
 
 from __future__ import annotations
 
+import abc
 import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from ella.io import save_jsonl, save_torch
-from ella.rundir import CHECKPOINT, METRICS
+from ella.errors import ConfigError, InputDataError, TrainingDivergedError
+from ella.io import load_checkpoint, save_jsonl, save_torch
+from ella.rundir import CHECKPOINT, METRICS, begin_run, checkpoint_note
+from ella.train.schedule import cosine_lr
 
-__all__ = ["Stream", "epoch_bar", "epoch_generator", "save_epoch"]
+__all__ = [
+    "EpochRun",
+    "EpochState",
+    "Stream",
+    "epoch_bar",
+    "epoch_generator",
+    "epoch_seed",
+    "save_epoch",
+]
 
 
 class Stream(enum.IntEnum):
@@ -55,3 +74,119 @@ def save_epoch(out: Path | None, checkpoint: dict, metrics: list[dict]) -> None:
 def epoch_bar(done: int, total: int, desc: str, progress: bool) -> tqdm:
     """Progress bar over the epochs still to train (``done`` of ``total`` completed)."""
     return tqdm(range(done, total), initial=done, total=total, desc=desc, disable=not progress)
+
+
+@dataclass
+class EpochState:
+    """What every run changes as it trains (and saves in its checkpoint's ``"state"``)."""
+
+    epoch: int = 0  # completed epochs
+    step: int = 0  # completed optimiser steps
+    metrics: list[dict] = field(default_factory=list)  # one row per completed epoch
+
+
+class EpochRun(abc.ABC):
+    """The epoch loop under ``ella train``, ``ella ensemble`` and :func:`ella.fit`.
+
+    A subclass says how to train one epoch and what its checkpoint holds; this
+    class owns the rest: claiming the run directory (:func:`~ella.rundir.begin_run`),
+    resume, the cosine learning rate per step, the divergence check of the
+    loss, the checkpoint and metrics after every epoch, and the progress bar.
+
+    Subclasses set ``config`` (with ``epochs``, ``lr``, ``lr_min``, ``progress``
+    and ``to_dict``), ``out`` (the run directory or None), ``state`` (an
+    :class:`EpochState`) and ``steps_per_epoch`` before :meth:`run_epochs`.
+    """
+
+    config: Any
+    out: Path | None
+    state: EpochState
+    steps_per_epoch: int
+    #: what the divergence message advises
+    divergence_hint: str = "Try a smaller --lr."
+
+    @abc.abstractmethod
+    def train_epoch(self) -> dict:
+        """Train epoch ``state.epoch + 1``; return its metrics row."""
+
+    def after_epoch(self, row: dict) -> None:  # noqa: B027 (an optional hook)
+        """Add to ``row`` what is measured after an epoch (evidence, test metrics); the
+        epoch is already counted in ``state.epoch``. Nothing by default."""
+
+    def postfix(self, row: dict) -> dict[str, str]:
+        """What the epoch bar shows after an epoch."""
+        return {"loss": f"{row['train_loss']:.3f}"}
+
+    @abc.abstractmethod
+    def checkpoint_entries(self) -> dict:
+        """The checkpoint's entries besides ``config`` and ``state`` (state dicts)."""
+
+    @abc.abstractmethod
+    def restore_entries(self, checkpoint: dict) -> None:
+        """Load what :meth:`checkpoint_entries` saved."""
+
+    # ------------------------------------------------------------------ persistence
+    def checkpoint(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            **self.checkpoint_entries(),
+            "state": self.state.__dict__,
+        }
+
+    def save(self) -> None:
+        save_epoch(self.out, self.checkpoint(), self.state.metrics)
+
+    def load(self) -> None:
+        if self.out is None:
+            raise ConfigError("resuming needs a run directory")
+        checkpoint = load_checkpoint(Path(self.out) / CHECKPOINT, self.config)
+        self.restore_entries(checkpoint)
+        self.state = type(self.state)(**checkpoint["state"])
+
+    # ------------------------------------------------------------------ steps
+    def set_lr(self, optimizer: torch.optim.Optimizer) -> float:
+        """Set every group of ``optimizer`` to the cosine learning rate of ``state.step``."""
+        cfg = self.config
+        total = cfg.epochs * self.steps_per_epoch
+        lr = cosine_lr(self.state.step, total, cfg.lr, cfg.lr_min)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def check_loss(self, loss: torch.Tensor, x: torch.Tensor, what: str = "training loss") -> None:
+        """Raise before a step on a non-finite loss: :class:`InputDataError` when the
+        batch ``x`` itself is not finite, else :class:`TrainingDivergedError`."""
+        if torch.isfinite(loss):
+            return
+        if not torch.isfinite(x).all():
+            raise InputDataError("the input data contains NaN or infinite values")
+        raise TrainingDivergedError(
+            f"the {what} became {loss.item()} at epoch {self.state.epoch + 1}, "
+            f"step {self.state.step + 1}; {checkpoint_note(self.out)}. {self.divergence_hint}"
+        )
+
+    # ------------------------------------------------------------------ loop
+    def run_epochs(
+        self,
+        desc: str,
+        *,
+        resume: bool,
+        overwrite: bool,
+        on_epoch_end: Callable[[EpochRun], None] | None = None,
+    ) -> float:
+        """Claim the run directory (or resume from it), train the epochs still to do,
+        saving after each; return the seconds spent training."""
+        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
+        start = time.perf_counter()
+        bar = epoch_bar(self.state.epoch, self.config.epochs, desc, self.config.progress)
+        for _ in bar:
+            row = self.train_epoch()
+            self.state.epoch += 1
+            row["epoch"] = self.state.epoch
+            self.after_epoch(row)
+            self.state.metrics.append(row)
+            self.save()
+            bar.set_postfix(self.postfix(row))
+            if on_epoch_end is not None:
+                on_epoch_end(self)
+        return time.perf_counter() - start

@@ -26,12 +26,12 @@ from torch import nn
 
 from ella.choices import Likelihood
 from ella.config import option
-from ella.errors import ConfigError, InputDataError, TrainingDivergedError
-from ella.io import load_checkpoint, save_json
+from ella.errors import ConfigError
+from ella.io import save_json
 from ella.learner import PriorLearner
-from ella.rundir import CHECKPOINT, RESULTS, begin_run, checkpoint_note
-from ella.train.engine import Stream, epoch_bar, epoch_seed, save_epoch
-from ella.train.schedule import ScheduleConfig, cosine_lr, make_optimizer
+from ella.rundir import RESULTS
+from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
+from ella.train.schedule import ScheduleConfig, make_optimizer
 
 __all__ = ["FitConfig", "FitResult", "fit"]
 
@@ -137,6 +137,68 @@ def _n_examples(loader: Iterable) -> int:
     return n
 
 
+@dataclass
+class _FitState(EpochState):
+    log_marglik_epochs: list[int] = field(default_factory=list)
+
+
+class _FitRun(EpochRun):
+    """The epochs of :func:`fit` on the shared :class:`~ella.train.engine.EpochRun`."""
+
+    divergence_hint = "Try a smaller lr."
+
+    def __init__(self, model, priors, train_loader, test_loader, config, out):
+        self.model, self.priors, self.config = model, priors, config
+        self.train_loader, self.test_loader = train_loader, test_loader
+        self.out = Path(out) if out is not None else None
+        self.optimizer = make_optimizer(model, config)
+        self.state = _FitState()
+        self.steps_per_epoch = len(train_loader)
+
+    def train_epoch(self) -> dict:
+        model, config = self.model, self.config
+        torch.manual_seed(epoch_seed(config.seed, self.state.epoch + 1, Stream.DATA_ORDER))
+        model.train()
+        device = next(model.parameters()).device
+        loss_sum, seen = 0.0, 0
+        for x, y in self.train_loader:
+            x, y = x.to(device), y.to(device)
+            lr = self.set_lr(self.optimizer)
+            loss = data_loss(model(x), y, config) + self.priors.penalty()
+            self.check_loss(loss, x)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.state.step += 1
+            loss_sum += float(loss.detach()) * len(y)
+            seen += len(y)
+        return {"train_loss": loss_sum / seen, "lr": lr}
+
+    def after_epoch(self, row: dict) -> None:
+        epoch = self.state.epoch
+        if evidence_due(self.config, epoch):
+            row["log_marglik"] = self.priors.evidence_step(
+                self.train_loader, self.config.n_hypersteps, progress=self.config.progress
+            )
+            row["prior_precision"] = self.priors.prior_precision
+            self.state.log_marglik_epochs.append(epoch)
+        if self.test_loader is not None:
+            test = evaluate_loader(self.model, self.test_loader, self.config)
+            row.update({f"test_{k}": v for k, v in test.items()})
+
+    def checkpoint_entries(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "priors": self.priors.state_dict(),
+        }
+
+    def restore_entries(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.priors.load_state_dict(ckpt["priors"])
+
+
 def fit(
     model: nn.Module,
     train_loader: Iterable,
@@ -180,7 +242,6 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
-    steps_per_epoch = len(train_loader)
     priors = PriorLearner(
         model,
         n_data,
@@ -193,68 +254,10 @@ def fit(
         likelihood=config.likelihood.value,
         sigma_noise=config.sigma_noise,
     )
-    optimizer = make_optimizer(model, config)
-    state = {"epoch": 0, "step": 0, "metrics": [], "log_marglik_epochs": []}
-    run_dir = Path(out) if out is not None else None
-
-    def load() -> None:
-        ckpt = load_checkpoint(run_dir / CHECKPOINT, config)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        priors.load_state_dict(ckpt["priors"])
-        state.update(ckpt["state"])
-
-    begin_run(run_dir, config, resume=resume, overwrite=overwrite, load=load)
-    total_steps = config.epochs * steps_per_epoch
-    bar = epoch_bar(state["epoch"], config.epochs, "epochs", config.progress)
-    for _ in bar:
-        epoch = state["epoch"] + 1
-        torch.manual_seed(epoch_seed(config.seed, epoch, Stream.DATA_ORDER))
-        model.train()
-        device = next(model.parameters()).device
-        loss_sum, seen = 0.0, 0
-        for x, y in train_loader:
-            x, y = x.to(device), y.to(device)
-            lr = cosine_lr(state["step"], total_steps, config.lr, config.lr_min)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss = data_loss(model(x), y, config) + priors.penalty()
-            if not torch.isfinite(loss):
-                if not torch.isfinite(x).all():
-                    raise InputDataError("the input data contains NaN or infinite values")
-                raise TrainingDivergedError(
-                    f"the training loss became {loss.item()} in epoch {epoch}; "
-                    f"{checkpoint_note(run_dir)}. Try a smaller lr."
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            state["step"] += 1
-            loss_sum += float(loss.detach()) * len(y)
-            seen += len(y)
-        row = {"epoch": epoch, "train_loss": loss_sum / seen, "lr": lr}
-        if evidence_due(config, epoch):
-            row["log_marglik"] = priors.evidence_step(
-                train_loader, config.n_hypersteps, progress=config.progress
-            )
-            row["prior_precision"] = priors.prior_precision
-            state["log_marglik_epochs"].append(epoch)
-        if test_loader is not None:
-            test = evaluate_loader(model, test_loader, config)
-            row.update({f"test_{k}": v for k, v in test.items()})
-        state["metrics"].append(row)
-        state["epoch"] = epoch
-        if run_dir is not None:
-            checkpoint = {
-                "config": config.to_dict(),
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "priors": priors.state_dict(),
-                "state": state,
-            }
-            save_epoch(run_dir, checkpoint, state["metrics"])
-        bar.set_postfix(loss=f"{row['train_loss']:.3f}")
-    last_round = state["log_marglik_epochs"][-1:] == [state["epoch"]]
+    run = _FitRun(model, priors, train_loader, test_loader, config, out)
+    run.run_epochs("epochs", resume=resume, overwrite=overwrite)
+    state = run.state
+    last_round = state.log_marglik_epochs[-1:] == [state.epoch]
     fitted_now = last_round and priors.evidence is not None
     if not fitted_now:  # the report is always of the final weights (seeded: MC GGN)
         torch.manual_seed(epoch_seed(config.seed, config.epochs + 1, Stream.DATA_ORDER))
@@ -268,9 +271,9 @@ def fit(
         effective_parameters=report["effective_parameters"],
         effective_parameters_other=report["effective_parameters_other"],
         log_marglik=list(priors.history),
-        log_marglik_epochs=list(state["log_marglik_epochs"]),
-        metrics=list(state["metrics"]),
+        log_marglik_epochs=list(state.log_marglik_epochs),
+        metrics=list(state.metrics),
     )
-    if run_dir is not None:
-        save_json({**result.as_dict(), "config": config.to_dict()}, run_dir / RESULTS)
+    if out is not None:
+        save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
     return result

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,18 +29,18 @@ from tqdm.auto import tqdm
 from ella.data import load_dataset
 from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
-from ella.errors import EvidenceError, InputDataError, TrainingDivergedError
+from ella.errors import EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
-from ella.io import load_checkpoint, save_json
+from ella.io import save_json
 from ella.learner import PriorLearner
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
 from ella.models.build import build_model
-from ella.rundir import CHECKPOINT, begin_run, checkpoint_note
+from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
-from ella.train.engine import Stream, epoch_bar, epoch_generator, save_epoch
+from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
 from ella.train.schedule import cosine_lr, make_optimizer
 
 
@@ -73,19 +72,16 @@ def evaluate(model: nn.Module, data: TensorDataset, batch_size: int = 500) -> di
 
 
 @dataclass
-class TrainState:
+class TrainState(EpochState):
     """Everything that changes during training (and goes into the checkpoint)."""
 
-    epoch: int = 0  # completed epochs
-    step: int = 0
-    metrics: list[dict] = field(default_factory=list)
     marglik: list[float] = field(default_factory=list)
     marglik_epochs: list[int] = field(default_factory=list)
     best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
 
 
-class Trainer:
-    """Trains one model as configured, writing a run directory.
+class Trainer(EpochRun):
+    """Trains one model as configured, writing a run directory (on :class:`EpochRun`).
 
     Args:
         config: the run's configuration.
@@ -182,22 +178,16 @@ class Trainer:
         return self.model(x, eps=eps.to(x.device), eta=eta)
 
     # ------------------------------------------------------------------ persistence
-    def checkpoint(self) -> dict:
+    def checkpoint_entries(self) -> dict:
         return {
-            "config": self.config.to_dict(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "hyper_optimizer": self.hyper_optimizer.state_dict(),
             "eta_optimizer": self.eta_optimizer.state_dict() if self.eta_optimizer else None,
             "log_prior": self.log_prior.detach().clone(),
-            "state": self.state.__dict__,
         }
 
-    def save(self) -> None:
-        save_epoch(self.out, self.checkpoint(), self.state.metrics)
-
-    def load(self) -> None:
-        ckpt = load_checkpoint(self.out / CHECKPOINT, self.config)
+    def restore_entries(self, ckpt: dict) -> None:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
@@ -205,7 +195,6 @@ class Trainer:
             self.eta_optimizer.load_state_dict(ckpt["eta_optimizer"])
         with torch.no_grad():
             self.log_prior.copy_(ckpt["log_prior"])
-        self.state = TrainState(**ckpt["state"])
 
     # ------------------------------------------------------------------ steps
     def train_epoch(self) -> dict[str, float]:
@@ -218,26 +207,16 @@ class Trainer:
         loader = DataLoader(
             self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
         )
-        total_steps = cfg.epochs * self.steps_per_epoch
         loss_sum, correct, seen = 0.0, 0, 0
         for x, y in loader:
             x = augment(x, cfg.augment, augment_generator)  # per image; the test set never
             x, y = x.to(self.device), y.to(self.device)
-            lr = cosine_lr(self.state.step, total_steps, cfg.lr, cfg.lr_min)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+            lr = self.set_lr(self.optimizer)
             logits = self.predict_train(x, eps_generator)
             loss = F.cross_entropy(logits, y) + self.priors.penalty()
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
-            if not torch.isfinite(loss):
-                if not torch.isfinite(x).all():
-                    raise InputDataError("the input data contains NaN or infinite values")
-                raise TrainingDivergedError(
-                    f"the training loss became {loss.item()} at epoch {self.state.epoch + 1}, "
-                    f"step {self.state.step + 1}; {checkpoint_note(self.out)}. "
-                    "Try a smaller --lr."
-                )
+            self.check_loss(loss, x)
             self.optimizer.zero_grad(set_to_none=True)
             if cfg.invariance == "augerino":
                 self.eta_optimizer.zero_grad(set_to_none=True)
@@ -366,51 +345,44 @@ class Trainer:
             overwrite: start again in a directory that holds a run (its outputs are
                 removed first); without it such a directory is refused.
         """
-        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
         try:
-            return self._run()
+            seconds = self.run_epochs(
+                "epochs", resume=resume, overwrite=overwrite, on_epoch_end=self.on_epoch_end
+            )
+            return self.finish(seconds)
         except EvidenceError as err:
             raise TrainingDivergedError(
                 f"{err}. Training probably diverged: try a smaller --lr; "
                 f"{checkpoint_note(self.out)}"
             ) from err
 
-    def _run(self) -> dict:
-        start = time.perf_counter()
-        cfg = self.config
-        bar = epoch_bar(self.state.epoch, cfg.epochs, "epochs", cfg.progress)
-        for _ in bar:
-            row = self.train_epoch()
-            self.state.epoch += 1
-            row["epoch"] = self.state.epoch
-            self.check_finite_weights()
-            if self.evidence_due():
-                value = self.hyper_steps()
-                self.state.marglik.append(value)
-                self.state.marglik_epochs.append(self.state.epoch)
-                row["log_marglik"] = value
-                row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
-                if self.state.best is None or value > self.state.best["log_marglik"]:
-                    self.state.best = {
-                        "epoch": self.state.epoch,
-                        "log_marglik": value,
-                        "model": copy.deepcopy(self.model.state_dict()),
-                        "log_prior": self.log_prior.detach().clone(),
-                    }
-            if self.invariant:
-                row["eta"] = self.eta()
-            row.update({f"test_{k}": v for k, v in evaluate(self.model, self.data.test).items()})
-            self.state.metrics.append(row)
-            self.save()
-            bar.set_postfix(
-                loss=f"{row['train_loss']:.3f}",
-                test_acc=f"{row['test_accuracy']:.3f}",
-                **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
-                **({"rotate": f"{row['eta']['rotate']:.2f}"} if "eta" in row else {}),
-            )
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(self)
-        return self.finish(time.perf_counter() - start)
+    def after_epoch(self, row: dict) -> None:
+        """Check the weights; fit the evidence when due; measure the test set."""
+        self.check_finite_weights()
+        if self.evidence_due():
+            value = self.hyper_steps()
+            self.state.marglik.append(value)
+            self.state.marglik_epochs.append(self.state.epoch)
+            row["log_marglik"] = value
+            row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
+            if self.state.best is None or value > self.state.best["log_marglik"]:
+                self.state.best = {
+                    "epoch": self.state.epoch,
+                    "log_marglik": value,
+                    "model": copy.deepcopy(self.model.state_dict()),
+                    "log_prior": self.log_prior.detach().clone(),
+                }
+        if self.invariant:
+            row["eta"] = self.eta()
+        row.update({f"test_{k}": v for k, v in evaluate(self.model, self.data.test).items()})
+
+    def postfix(self, row: dict) -> dict[str, str]:
+        return {
+            "loss": f"{row['train_loss']:.3f}",
+            "test_acc": f"{row['test_accuracy']:.3f}",
+            **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
+            **({"rotate": f"{row['eta']['rotate']:.2f}"} if "eta" in row else {}),
+        }
 
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""

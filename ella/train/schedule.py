@@ -20,15 +20,27 @@ from ella.errors import ConfigError
 
 
 @dataclass
-class ScheduleConfig(Config):
-    """Optimiser, learning-rate schedule and evidence schedule (see the module docstring)."""
+class OptimizerConfig(Config):
+    """The weights' optimiser and cosine learning-rate schedule, shared by ``ella train``,
+    ``ella ensemble`` and :func:`ella.fit`."""
 
-    # MAP optimisation
     epochs: int = option(10, minimum=1)
     optimizer: Optimizer = Optimizer.ADAM
     lr: float = option(1e-3, greater_than=0)
     lr_min: float = option(1e-6, minimum=0)
     momentum: float = option(0.9, minimum=0, maximum=1)
+    seed: int = option(0, minimum=0)
+    progress: bool = option(True, defines_run=False)
+
+    def check(self) -> None:
+        if self.lr_min > self.lr:
+            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+
+
+@dataclass
+class ScheduleConfig(OptimizerConfig):
+    """Optimiser, learning-rate schedule and evidence schedule (see the module docstring)."""
+
     # marginal likelihood
     learn_priors: bool = True
     prior_structure: PriorMode = PriorMode.LAYER_PATH
@@ -40,13 +52,9 @@ class ScheduleConfig(Config):
     backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
     ggn: GGN = GGN.EXACT
-    # run
-    seed: int = option(0, minimum=0)
-    progress: bool = option(True, defines_run=False)
 
     def check(self) -> None:
-        if self.lr_min > self.lr:
-            raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+        super().check()
         if self.backend == "native" and self.hessian != "kron":
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
@@ -59,7 +67,7 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
     return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
 
 
-def make_optimizer(parameters, config: ScheduleConfig) -> torch.optim.Optimizer:
+def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer:
     """SGD with momentum or Adam over ``parameters`` (an iterable or a module's), at
     ``config.lr``."""
     if isinstance(parameters, nn.Module):
@@ -69,13 +77,20 @@ def make_optimizer(parameters, config: ScheduleConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(parameters, lr=config.lr)
 
 
-#: Help text of every option of :class:`ScheduleConfig`.
-SCHEDULE_HELP: dict[str, str] = {
+#: Help text of every option of :class:`OptimizerConfig`.
+OPTIMIZER_HELP: dict[str, str] = {
     "epochs": "training epochs",
     "optimizer": "optimizer of the weights (sgd uses --momentum)",
     "lr": "initial learning rate of the weights (cosine schedule)",
     "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
     "momentum": "SGD momentum in [0, 1] (ignored by adam)",
+    "seed": "random seed (initialisation and data order)",
+    "progress": "show progress bars (may change on --resume)",
+}
+
+#: Help text of every option of :class:`ScheduleConfig`.
+SCHEDULE_HELP: dict[str, str] = {
+    **OPTIMIZER_HELP,
     "learn_priors": "learn the prior precisions by marginal likelihood (--no-learn-priors: MAP)",
     "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
     "parameter tensor) or scalar (one in all)",
@@ -88,8 +103,13 @@ SCHEDULE_HELP: dict[str, str] = {
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
     "cannot fit in memory is refused before training)",
     "ggn": "GGN: exact (one backward pass per class) or mc (one sampled class, faster)",
-    "seed": "random seed (initialisation and data order)",
-    "progress": "show progress bars (may change on --resume)",
 }
 
-__all__ = ["SCHEDULE_HELP", "ScheduleConfig", "cosine_lr", "make_optimizer"]
+__all__ = [
+    "OPTIMIZER_HELP",
+    "SCHEDULE_HELP",
+    "OptimizerConfig",
+    "ScheduleConfig",
+    "cosine_lr",
+    "make_optimizer",
+]

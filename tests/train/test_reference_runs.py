@@ -1,0 +1,116 @@
+"""``ella train`` gives the results it gave before the run engine was refactored.
+
+``data/reference_runs.json`` holds the metrics of three small runs (a learned-prior
+mixer with the exact GGN, a mixer with subset evidence and the MC GGN, and a MAP
+MLP), written by this module run as a script at commit a7a1f40, before the
+training loop moved onto ``PriorLearner`` and ``ella.train.engine``::
+
+    git worktree add /tmp/ref a7a1f40
+    PYTHONPATH=/tmp/ref .venv/bin/python tests/train/test_reference_runs.py --write
+
+The test reruns the same configurations with today's code. On the machine that
+wrote the reference the results are bit-identical; the tolerance (relative
+1e-4) leaves room for another CPU's floating-point kernels, and is far below
+what a changed seed, data order, learning rate or prior term moves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+REFERENCE = Path(__file__).with_name("data") / "reference_runs.json"
+#: The reference runs: small enough for the test suite, covering the evidence rounds.
+CASES: dict[str, dict] = {
+    "mixer_learned": dict(
+        train_size=64, test_size=64, epochs=3, batch_size=32, width=1,
+        n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=5, progress=False,
+    ),
+    "mixer_subset_mc": dict(
+        train_size=96, test_size=32, epochs=2, batch_size=32, width=1,
+        n_epochs_burnin=2, marglik_frequency=1, n_hypersteps=3, ggn="mc",
+        marglik_subset_size=48, progress=False,
+    ),
+    "mlp_map": dict(
+        model="mlp", train_size=128, test_size=64, epochs=2, batch_size=32,
+        learn_priors=False, progress=False,
+    ),
+}  # fmt: skip
+RESULT_KEYS = (
+    "test_accuracy",
+    "test_nll",
+    "log_marglik",
+    "log_marglik_reported_state",
+    "prior_precision",
+    "effective_parameters",
+)
+
+
+def run_case(options: dict) -> dict:
+    """Train one configuration in a temporary directory (one thread); its metrics and results."""
+    from ella.train import TrainConfig, train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "run"
+            results = train(TrainConfig(**options), out)
+            lines = (out / "metrics.jsonl").read_text().splitlines()
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "metrics": [json.loads(line) for line in lines],
+        "results": {key: results[key] for key in RESULT_KEYS},
+    }
+
+
+def assert_close(actual, expected, where: str = "") -> None:
+    """Equal structure; equal strings, ints and bools; floats to relative 1e-4."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and sorted(actual) == sorted(expected), where
+        for key in expected:
+            assert_close(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), where
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_close(a, e, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert math.isclose(actual, expected, rel_tol=1e-4, abs_tol=1e-7), (
+            f"{where}: {actual} != {expected}"
+        )
+    else:
+        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_train_results_equal_the_stored_reference(name):
+    reference = json.loads(REFERENCE.read_text())
+    assert reference["cases"][name]["options"] == CASES[name]
+    expected = {k: reference["cases"][name][k] for k in ("metrics", "results")}
+    actual = run_case(CASES[name])
+    # key names of the metric rows may only grow; the reference's keys must all be there
+    for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
+        for key in set(row) - set(ref_row):
+            del row[key]
+    assert_close(actual, expected, name)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+        cwd=Path(__import__("ella").__file__).parent,
+    ).stdout.strip()  # fmt: skip
+    cases = {name: {"options": opts, **run_case(opts)} for name, opts in CASES.items()}
+    payload = {"commit": commit, "torch": torch.__version__, "cases": cases}
+    REFERENCE.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {REFERENCE} at commit {commit}")
