@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ella.choices import EnsembleMethod, GroupAugmentation
 from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
@@ -77,16 +78,15 @@ def augment_with_group(
     Returns:
         The augmented images and their labels.
     """
+    mode = GroupAugmentation.parse(mode, "augmentation")
     if mode == "none":
         return x, y
     group = get_group(group)
     if mode == "orbit":
         images = torch.cat([group.act_on_image(g, x) for g in group.elements])
         return images, y.repeat(group.order)
-    if mode == "sampled":
-        elements = torch.randint(group.order, (len(x),), generator=generator)
-        return act_per_sample(x, group, elements), y
-    raise ValueError(f"unknown augmentation {mode!r}; choose from none, orbit, sampled")
+    elements = torch.randint(group.order, (len(x),), generator=generator)  # sampled
+    return act_per_sample(x, group, elements), y
 
 
 def member_features(
@@ -111,7 +111,7 @@ def member_features(
         ``function_rde``, the metric-mapped unit input gradients of the
         true-class logits (B' = B, D = C H W) for ``forde``; ``phi`` is None for ``de``.
     """
-    m = len(ensemble)
+    method, m = EnsembleMethod.parse(method, "method"), len(ensemble)
     if method == "forde":
         xm = x.expand(m, *x.shape).clone().requires_grad_(True)
         logits = ensemble(xm, per_member=True)
@@ -124,9 +124,7 @@ def member_features(
         return logits, None
     if method == "weight_rde":
         return logits, ensemble.flat_parameters()[:, None, :]
-    if method == "function_rde":
-        return logits, logits.softmax(-1).reshape(m, 1, -1)
-    raise ValueError(f"unknown method {method!r}; choose from de, weight_rde, function_rde, forde")
+    return logits, logits.softmax(-1).reshape(m, 1, -1)  # function_rde
 
 
 def default_model_fn(config: EnsembleConfig, data: ImageData) -> Callable[[], nn.Module]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ella.choices import GGN
 from ella.invariance.kfac import kron_factors, module_blocks
 from ella.invariance.model import InvariantClassifier
 from ella.marglik.priors import PriorStructure
@@ -42,8 +43,7 @@ class InvarianceEvidence:
     """
 
     def __init__(self, model: InvariantClassifier, prior: PriorStructure, ggn: str = "exact"):
-        if ggn not in ("exact", "mc"):
-            raise ValueError(f"unknown GGN type {ggn!r}; choose from exact, mc")
+        ggn = GGN.parse(ggn, "GGN type")
         self.model = model
         self.prior = prior
         self.ggn = ggn

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ella.choices import GGN
 from ella.marglik.support import check_supported
 from ella.nn.paths import per_module_calls
 
@@ -162,14 +163,13 @@ def kron_factors(
         raise ValueError(f"modules not called during the forward pass: {missing}")
     n = logits.shape[0]
     probs = logits.softmax(-1)
+    ggn = GGN.parse(ggn, "GGN type")
     if ggn == "exact":
         eye = torch.eye(probs.shape[-1], dtype=probs.dtype, device=probs.device)
         columns = [probs[:, c : c + 1].sqrt() * (eye[c] - probs) for c in range(probs.shape[-1])]
-    elif ggn == "mc":
+    else:  # mc
         y = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(1)
         columns = [F.one_hot(y, probs.shape[-1]).to(probs.dtype) - probs]
-    else:
-        raise ValueError(f"unknown GGN type {ggn!r}; choose from exact, mc")
 
     a_sums = []
     for _, m in modules:
