@@ -81,6 +81,18 @@ class GConvMode(Choice):
     SHARED = "shared"
 
 
+class Normalisation(Choice):
+    """What a relaxed layer does between its summed paths and the ReLU.
+
+    ``instance``: per example and channel, subtract the mean and divide by the
+    standard deviation over (group copies, H, W); parameter free, exactly
+    equivariant, and each example on its own (so KFAC applies).
+    """
+
+    NONE = "none"
+    INSTANCE = "instance"
+
+
 class FCMode(Choice):
     """FC path: factorised (ELLA's ``V U`` form) or a dense map (small sizes only)."""
 

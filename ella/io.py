@@ -55,7 +55,8 @@ def load_checkpoint(path: Path, config) -> dict:
         path: the checkpoint file (a dict with a ``"config"`` entry).
         config: the resuming run's configuration (a :class:`~ella.config.Config`); only
             the options that define the run are compared (``data_dir``, ``device`` and
-            ``progress`` may differ).
+            ``progress`` may differ); an option the saved configuration lacks (added
+            to ella later) is compared as its default.
 
     Raises:
         CheckpointError: no checkpoint at ``path``, a corrupt one, or one whose saved
@@ -69,7 +70,9 @@ def load_checkpoint(path: Path, config) -> dict:
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
     want = config.run_dict()
-    changed = sorted(k for k in want if saved.get(k) != want[k])
+    # an option added after the checkpoint was saved counts as its default
+    defaults = type(config)().run_dict()
+    changed = sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
     if changed:
         raise CheckpointError(
             f"--resume: the configuration differs from the checkpoint's in {changed}; "

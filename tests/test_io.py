@@ -15,3 +15,16 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         atomic_write(path, crash)
     assert path.read_text() == '{\n  "a": 1\n}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_an_option_added_after_the_checkpoint_counts_as_its_default(tmp_path):
+    from ella.errors import CheckpointError
+    from ella.io import load_checkpoint, save_torch
+    from ella.train import TrainConfig
+
+    saved = TrainConfig().to_dict()
+    del saved["norm"]  # a checkpoint written before the option existed
+    save_torch({"config": saved}, tmp_path / "checkpoint.pt")
+    assert load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig())["config"] == saved
+    with pytest.raises(CheckpointError, match=r"\['norm'\]"):
+        load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(norm="instance"))

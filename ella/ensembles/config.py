@@ -12,6 +12,7 @@ from ella.choices import (
     LayerGroup,
     Lengthscales,
     ModelName,
+    Normalisation,
     PathName,
 )
 from ella.config import option
@@ -57,6 +58,7 @@ class EnsembleConfig(OptimizerConfig):
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
+    norm: Normalisation = Normalisation.NONE
     # ensemble
     members: int = option(5, minimum=1)
     method: EnsembleMethod = EnsembleMethod.DE
@@ -122,6 +124,8 @@ HELP: dict[str, str] = {
     "width": "channel multiplier (cnn: 8w and 16w channels; mixer: w x (1, 2, 2, 4, 4, 8, 8, 16))",
     "gconv_mode": "mixer GCONV path: full (regular group convolution) or shared (one filter "
     "per copy)",
+    "norm": "mixer: instance normalises every layer before its ReLU (per image and channel "
+    "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
     "fc_mode": "mixer FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",

@@ -85,6 +85,7 @@ class Mixer(nn.Module):
         gconv_mode: GConvMode = "full",
         pool: str = "max",
         head_multiplier: int = 4,
+        norm: str = "none",
     ):
         super().__init__()
         if in_channels < 1 or num_classes < 1 or width < 1:
@@ -113,6 +114,7 @@ class Mixer(nn.Module):
                     stride=s.stride,
                     fc_mode=fc_mode,
                     gconv_mode=gconv_mode,
+                    norm=norm,
                 ),
             )
         self.pool = GroupPool(self.group, mode=pool)
@@ -188,7 +190,8 @@ def mixer(
         paths: non-empty subset of ``("fc", "conv", "gconv")``.
         width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
         **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
-            ``fc_mode``, ``gconv_mode``, ``pool``, ``head_multiplier``).
+            ``fc_mode``, ``gconv_mode``, ``pool``, ``head_multiplier``, ``norm``:
+            ``"instance"`` normalises before every ReLU, see :class:`~ella.nn.RelaxedLayer`).
 
     Example:
         >>> model = mixer(1, 10, 28, group="C4", paths=("fc", "conv", "gconv"))

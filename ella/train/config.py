@@ -12,6 +12,7 @@ from ella.choices import (
     InvarianceMethod,
     LayerGroup,
     ModelName,
+    Normalisation,
     PathName,
 )
 from ella.config import option
@@ -74,6 +75,7 @@ class TrainConfig(ScheduleConfig):
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
+    norm: Normalisation = Normalisation.NONE
     model: ModelName = ModelName.MIXER
     # learned input invariance
     invariance: InvarianceMethod = InvarianceMethod.NONE
@@ -131,6 +133,8 @@ HELP: dict[str, str] = {
     "groups are for augmentation and metrics)",
     "width": "channel multiplier of the mixer",
     "gconv_mode": "GCONV path: full (regular group convolution) or shared (one filter per copy)",
+    "norm": "mixer: instance normalises every layer before its ReLU (per image and channel "
+    "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "

@@ -121,6 +121,7 @@ MODELS = {
     "C4 fc only": lambda: mixer(1, 10, 8, "C4", paths=("fc",), width=1),
     "D4 conv only": lambda: mixer(1, 10, 8, "D4", paths=("conv",), width=1),
     "C4 gconv only": lambda: mixer(1, 10, 8, "C4", paths=("gconv",), width=1),
+    "C4 mixed instance norm": lambda: mixer(1, 10, 8, "C4", width=1, norm="instance"),
     "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
     "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
 }

@@ -41,6 +41,14 @@ def test_gconv_only_mixer_is_invariant(group, shape):
     assert model.invariance_error(x) < 1e-4
 
 
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_instance_normalised_gconv_only_mixer_is_invariant(group):
+    model = mixer(1, 10, 28, group=group, paths=("gconv",), width=1, norm="instance")
+    assert all(layer.norm == "instance" for layer in model.layers.values())
+    x = torch.randn(4, 1, 28, 28)
+    assert_equivariant(model, group, x, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("paths", [("fc",), ("conv",), ("fc", "conv")], ids="+".join)
 def test_fc_and_conv_mixers_are_not_rotation_invariant(paths):
     model = mixer(1, 10, 32, group="C4", paths=paths, width=2)

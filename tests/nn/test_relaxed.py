@@ -52,3 +52,33 @@ def test_bad_arguments():
         layer(torch.randn(1, 4, 1, 8, 8))
     with pytest.raises(ValueError, match="size 8x8, got 16x16"):
         layer(torch.randn(1, 4, 2, 16, 16))
+
+
+def test_instance_norm_standardises_each_example_and_channel_before_the_relu():
+    layer = RelaxedLayer(2, 3, 8, group="C4", norm="instance", activation=False)
+    z = 5 * torch.randn(2, 4, 2, 8, 8) + 3
+    out = layer(z)
+    raw = sum(p(z) for p in layer.paths.values()) / 3**0.5
+    for b in range(2):
+        for c in range(3):
+            values = raw[b, :, c]
+            expected = (values - values.mean()) / (values.var(unbiased=False) + 1e-5).sqrt()
+            torch.testing.assert_close(out[b, :, c], expected)
+    # each example on its own: another example in the batch changes nothing
+    torch.testing.assert_close(layer(z[:1]), out[:1])
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_instance_norm_keeps_the_gconv_layer_equivariant(group, stride):
+    layer = RelaxedLayer(2, 3, 8, group=group, paths=("gconv",), stride=stride, norm="instance")
+    z = torch.randn(2, layer.group.order, 2, 8, 8)
+    assert_equivariant(layer, group, z, in_action="lifted", out_action="lifted")
+
+
+def test_instance_norm_refuses_a_single_value_per_channel():
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        RelaxedLayer(2, 3, 1, group="trivial", norm="instance")
+    with pytest.raises(ValueError, match="choose from none, instance"):
+        RelaxedLayer(2, 3, 8, norm="batch")
+    RelaxedLayer(2, 3, 1, group="C4", norm="instance")  # four group copies are enough
