@@ -139,6 +139,16 @@ class PriorMode(Choice):
     SCALAR = "scalar"
 
 
+class PriorUpdate(Choice):
+    """How an evidence round moves the prior precisions: ``adam`` takes ``n_hypersteps``
+    Adam steps on the log precisions (the ELLA reference); ``optimum`` sets them to the
+    round's maximum of the evidence at the fitted weights and curvature (closed-form
+    stationarity condition per group, Kronecker Hessian only)."""
+
+    ADAM = "adam"
+    OPTIMUM = "optimum"
+
+
 class Backend(Choice):
     """Curvature backend of the Laplace evidence: ella's batched KFAC (native), or the
     stock laplace-torch backends kept as references."""

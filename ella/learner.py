@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from ella.choices import GGN, Backend, HessianStructure, PriorMode
+from ella.choices import GGN, Backend, HessianStructure, PriorMode, PriorUpdate
 from ella.errors import ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure
 
@@ -67,12 +67,18 @@ class PriorLearner:
         ggn: ``exact`` (one backward pass per class) or ``mc`` (one sampled label).
         likelihood: ``classification`` or ``regression``.
         sigma_noise: observation noise of the regression likelihood.
+        update: ``adam`` (``n_hypersteps`` Adam steps per evidence round) or ``optimum``
+            (the round's maximum in closed form; see
+            :meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`).
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
         log_prior: the learned log precisions, (n_groups,), a leaf tensor.
         evidence: the :class:`~ella.marglik.LaplaceEvidence` of the last evidence step.
         history: log evidence after each evidence step.
+        gaps: after each evidence step, the largest ``|log delta - log delta*|`` over the
+            groups, ``delta*`` the round's optimum (how far the step left the precisions
+            from the maximum of that round's evidence; Kronecker Hessian only, else NaN).
     """
 
     def __init__(
@@ -88,6 +94,7 @@ class PriorLearner:
         ggn: GGN | str = GGN.EXACT,
         likelihood: str = "classification",
         sigma_noise: float = 1.0,
+        update: PriorUpdate | str = PriorUpdate.ADAM,
     ):
         if not (isinstance(n_data, int) and n_data >= 1):
             raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
@@ -103,6 +110,9 @@ class PriorLearner:
         self.ggn = GGN.parse(ggn, "GGN type")
         self.likelihood = likelihood
         self.sigma_noise = sigma_noise
+        self.update = PriorUpdate.parse(update, "prior update")
+        if self.update == "optimum" and self.hessian != "kron":
+            raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
         device = next(model.parameters()).device
         self.log_prior = torch.full(
             (self.prior.n_groups,), math.log(prior_precision), device=device
@@ -110,7 +120,26 @@ class PriorLearner:
         self.optimizer = torch.optim.Adam([self.log_prior], lr=lr)
         self.evidence: LaplaceEvidence | None = None
         self.history: list[float] = []
+        self.gaps: list[float] = []
         self._diagonal: tuple[int, torch.Tensor] | None = None  # (version of log_prior, diag)
+
+    @classmethod
+    def from_config(cls, model: nn.Module, n_data: int, config, **options) -> PriorLearner:
+        """A learner with the evidence options of a :class:`~ella.train.schedule.ScheduleConfig`
+        (prior structure and initial precision, ``lr_hyp``, Hessian, backend, GGN);
+        ``options`` adds ``likelihood`` and ``sigma_noise``."""
+        return cls(
+            model,
+            n_data,
+            structure=config.prior_structure,
+            prior_precision=config.prior_precision,
+            lr=config.lr_hyp,
+            hessian=config.hessian,
+            backend=config.backend,
+            ggn=config.ggn,
+            update=config.prior_update,
+            **options,
+        )
 
     # ------------------------------------------------------------------ the MAP side
     def precision_diagonal(self) -> torch.Tensor:
@@ -161,16 +190,23 @@ class PriorLearner:
         return float(value)
 
     def hyper_steps(self, n_hypersteps: int) -> float:
-        """``n_hypersteps`` Adam steps on ``-log p(D|delta) / N`` with the last fit's factors;
-        returns the log evidence after them."""
+        """Move the precisions with the last fit's factors: ``n_hypersteps`` Adam steps on
+        ``-log p(D|delta) / N`` (``update="adam"``), or to the round's optimum
+        (``update="optimum"``, ``n_hypersteps`` unused); returns the log evidence after."""
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
-        for _ in range(n_hypersteps):
-            self.optimizer.zero_grad(set_to_none=True)
-            neg = -self.evidence.log_marginal_likelihood(self.log_prior) / self.n_data
-            _check_finite(neg)
-            neg.backward()
-            self.optimizer.step()
+        optimum = self.evidence.optimal_log_prior() if self.hessian == "kron" else None
+        if self.update == "optimum":
+            with torch.no_grad():
+                self.log_prior.copy_(optimum)
+        else:
+            for _ in range(n_hypersteps):
+                self.optimizer.zero_grad(set_to_none=True)
+                neg = -self.evidence.log_marginal_likelihood(self.log_prior) / self.n_data
+                _check_finite(neg)
+                neg.backward()
+                self.optimizer.step()
+        self.gaps.append(_gap(self.log_prior.detach(), optimum))
         value = self.log_marginal_likelihood()
         self.history.append(value)
         return value
@@ -236,6 +272,7 @@ class PriorLearner:
             "log_prior": self.log_prior.detach().clone(),
             "optimizer": self.optimizer.state_dict(),
             "history": list(self.history),
+            "gaps": list(self.gaps),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -248,6 +285,43 @@ class PriorLearner:
             self.log_prior.copy_(state["log_prior"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.history = list(state["history"])
+        self.gaps = list(state.get("gaps", []))
+
+
+def _gap(log_prior: torch.Tensor, optimum: torch.Tensor | None) -> float:
+    """Largest ``|log delta - log delta*|`` over the groups whose optimum is finite (not at
+    the bisection's bounds); NaN without an optimum."""
+    if optimum is None:
+        return float("nan")
+    interior = optimum.abs() < 24
+    if not interior.any():
+        return 0.0
+    return float((log_prior.to(optimum) - optimum)[interior].abs().max())
+
+
+def prior_convergence(rounds: list[dict[str, float]], tolerance: float = 0.05) -> dict:
+    """Whether the prior precisions had settled by the last evidence round.
+
+    Args:
+        rounds: ``{group: precision}`` after each evidence round, in order.
+        tolerance: the largest change of a log precision between the last two rounds
+            that counts as converged (0.05: every precision within about 5%).
+
+    Returns:
+        ``{"rounds", "last_change", "converged", "tolerance"}``; ``last_change`` is
+        ``max_g |log delta_g(last) - log delta_g(previous)|`` (None with fewer than two
+        rounds, which never counts as converged).
+    """
+    change = None
+    if len(rounds) >= 2:
+        last, previous = rounds[-1], rounds[-2]
+        change = max(abs(math.log(last[g]) - math.log(previous[g])) for g in last)
+    return {
+        "rounds": len(rounds),
+        "last_change": change,
+        "converged": change is not None and change < tolerance,
+        "tolerance": tolerance,
+    }
 
 
 def _check_finite(value: torch.Tensor) -> None:

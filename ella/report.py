@@ -36,6 +36,19 @@ def effective_parameter_report(
     return {"layers": layers, "others": others}
 
 
+def convergence_line(convergence: dict) -> str:
+    """One line saying whether the priors had converged (see
+    :func:`ella.learner.prior_convergence`)."""
+    rounds, change = convergence["rounds"], convergence["last_change"]
+    if change is None:
+        return "priors: not converged (one evidence round; convergence needs two or more)"
+    verdict = "converged" if convergence["converged"] else "not converged"
+    return (
+        f"priors: {verdict} after {rounds} evidence rounds (largest change of a log prior "
+        f"precision in the last round {change:.3g}, tolerance {convergence['tolerance']:.3g})"
+    )
+
+
 def format_table(results: dict) -> str:
     """The per-layer FC / CONV / GCONV table (the ELLA paper's Table 3 columns)."""
     rows = results["effective_parameters"]
@@ -67,6 +80,9 @@ def format_table(results: dict) -> str:
     if results.get("eta"):
         extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())
         lines.append(f"invariance ({results.get('invariance')}), extents eta: {extents}")
+    convergence = results.get("prior_convergence")
+    if convergence and convergence["rounds"]:
+        lines.append(convergence_line(convergence))
     acc = results.get("test_accuracy")
     if acc is not None:
         lines.append(

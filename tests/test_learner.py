@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -13,26 +13,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella import PriorLearner
 from ella.errors import ConfigError
+from ella.learner import prior_convergence
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.nn import GroupPool, Lift, RelaxedLayer
+from tests.user_models import user_model
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def user_model() -> nn.Module:
-    """Two relaxed layers between Lift and GroupPool, then an nn.Linear head."""
-    torch.manual_seed(0)
-    return nn.Sequential(
-        OrderedDict(
-            lift=Lift("C4"),
-            layer1=RelaxedLayer(1, 2, 8),
-            layer2=RelaxedLayer(2, 2, 8, stride=2),
-            pool=GroupPool("C4"),
-            gap=nn.AdaptiveAvgPool2d(1),
-            flat=nn.Flatten(),
-            head=nn.Linear(2, 3),
-        )
-    )
 
 
 def data(n: int = 24) -> TensorDataset:
@@ -80,6 +65,33 @@ def test_hypersteps_raise_the_evidence_of_the_fit(float64):
     before = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
     after = priors.hyper_steps(30)
     assert after > before and priors.history == [before, after]
+
+
+def test_the_optimum_update_reaches_the_best_evidence_of_the_round(float64):
+    loader = DataLoader(data(), batch_size=8)
+    adam = PriorLearner(user_model(), n_data=24, prior_precision=0.3)
+    adam_value = adam.evidence_step(loader, n_hypersteps=5)
+    best = PriorLearner(user_model(), n_data=24, prior_precision=0.3, update="optimum")
+    best_value = best.evidence_step(loader)
+    torch.testing.assert_close(best.log_prior.detach(), best.evidence.optimal_log_prior())
+    assert best_value > adam_value  # the same fit (same weights), a better prior
+    assert best.gaps == [pytest.approx(0.0, abs=1e-12)]
+    # Adam's gap is the distance to the same optimum
+    gap = (adam.log_prior.detach() - best.log_prior.detach()).abs().max().item()
+    assert adam.gaps == [pytest.approx(gap, rel=1e-9)] and gap > 0.1
+    with pytest.raises(ConfigError, match="Kronecker"):
+        PriorLearner(user_model(), n_data=24, hessian="diag", backend="asdl", update="optimum")
+
+
+def test_prior_convergence_compares_the_last_two_rounds():
+    rounds = [{"a": 1.0, "b": 2.0}, {"a": 1.5, "b": 2.0}, {"a": 1.5, "b": 2.1}]
+    result = prior_convergence(rounds)
+    assert result["rounds"] == 3 and result["converged"]
+    assert result["last_change"] == pytest.approx(math.log(2.1 / 2.0))
+    assert not prior_convergence(rounds[:2])["converged"]  # log 1.5 > 0.05
+    assert prior_convergence(rounds[:1]) == {
+        "rounds": 1, "last_change": None, "converged": False, "tolerance": 0.05,
+    }  # fmt: skip
 
 
 def test_a_subset_of_batches_is_the_scaled_estimator(float64):

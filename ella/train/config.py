@@ -113,6 +113,11 @@ class TrainConfig(ScheduleConfig):
             raise ConfigError("use either --augment or --invariance, not both")
         if self.marglik_subset_size is not None and self.hessian != "kron":
             raise ConfigError("--marglik-subset-size needs --hessian kron")
+        if self.invariance == "learned" and self.prior_update == "optimum":
+            raise ConfigError(
+                "--prior-update optimum is for the network's priors alone; learned "
+                "invariance moves eta and the priors together with --prior-update adam"
+            )
         if self.invariance == "learned" and self.hessian != "kron":
             raise ConfigError("learned invariance needs --hessian kron")
 

@@ -28,7 +28,7 @@ from ella.choices import Likelihood
 from ella.config import option
 from ella.errors import ConfigError
 from ella.io import save_json
-from ella.learner import PriorLearner
+from ella.learner import PriorLearner, prior_convergence
 from ella.rundir import RESULTS
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
 from ella.train.schedule import ScheduleConfig, make_optimizer
@@ -62,6 +62,8 @@ class FitResult:
             without an evidence fit.
         effective_parameters_other: the same per other module (heads, plain layers).
         log_marglik: log evidence after each evidence step, at ``log_marglik_epochs``.
+        prior_convergence: whether the precisions had settled by the last round
+            (:func:`~ella.learner.prior_convergence`).
         metrics: one dict per epoch (train loss, lr, test metrics, log evidence).
     """
 
@@ -73,6 +75,7 @@ class FitResult:
     effective_parameters_other: list[dict]
     log_marglik: list[float]
     log_marglik_epochs: list[int]
+    prior_convergence: dict = field(default_factory=dict)
     metrics: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -84,6 +87,7 @@ class FitResult:
             "effective_parameters_other": self.effective_parameters_other,
             "log_marglik": self.log_marglik,
             "log_marglik_epochs": self.log_marglik_epochs,
+            "prior_convergence": self.prior_convergence,
             "metrics": self.metrics,
         }
 
@@ -181,6 +185,7 @@ class _FitRun(EpochRun):
                 self.train_loader, self.config.n_hypersteps, progress=self.config.progress
             )
             row["prior_precision"] = self.priors.prior_precision
+            row["prior_gap"] = self.priors.gaps[-1]
             self.state.log_marglik_epochs.append(epoch)
         if self.test_loader is not None:
             test = evaluate_loader(self.model, self.test_loader, self.config)
@@ -242,17 +247,8 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
-    priors = PriorLearner(
-        model,
-        n_data,
-        structure=config.prior_structure,
-        prior_precision=config.prior_precision,
-        lr=config.lr_hyp,
-        hessian=config.hessian,
-        backend=config.backend,
-        ggn=config.ggn,
-        likelihood=config.likelihood.value,
-        sigma_noise=config.sigma_noise,
+    priors = PriorLearner.from_config(
+        model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
     run = _FitRun(model, priors, train_loader, test_loader, config, out)
     run.run_epochs("epochs", resume=resume, overwrite=overwrite)
@@ -272,6 +268,9 @@ def fit(
         effective_parameters_other=report["effective_parameters_other"],
         log_marglik=list(priors.history),
         log_marglik_epochs=list(state.log_marglik_epochs),
+        prior_convergence=prior_convergence(
+            [row["prior_precision"] for row in state.metrics if "prior_precision" in row]
+        ),
         metrics=list(state.metrics),
     )
     if out is not None:

@@ -33,7 +33,7 @@ from ella.errors import EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
-from ella.learner import PriorLearner
+from ella.learner import PriorLearner, prior_convergence
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
 from ella.models.build import build_model
@@ -110,16 +110,7 @@ class Trainer(EpochRun):
         ).to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.n_train = len(self.data.train)
-        self.priors = PriorLearner(
-            self.net,
-            self.n_train,
-            structure=config.prior_structure,
-            prior_precision=config.prior_precision,
-            lr=config.lr_hyp,
-            hessian=config.hessian,
-            backend=config.backend,
-            ggn=config.ggn,
-        )
+        self.priors = PriorLearner.from_config(self.net, self.n_train, config)
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == "learned":
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
@@ -365,6 +356,8 @@ class Trainer(EpochRun):
             self.state.marglik_epochs.append(self.state.epoch)
             row["log_marglik"] = value
             row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
+            if not self.invariant:
+                row["prior_gap"] = self.priors.gaps[-1]
             if self.state.best is None or value > self.state.best["log_marglik"]:
                 self.state.best = {
                     "epoch": self.state.epoch,
@@ -424,6 +417,9 @@ class Trainer(EpochRun):
             "log_marglik_reported_state": final_marglik,
             "prior_precision": self.prior.as_dict(self.log_prior.exp()),
             "prior_variance": self.prior.as_dict(self.log_prior.neg().exp()),
+            "prior_convergence": prior_convergence(
+                [row["prior_precision"] for row in self.state.metrics if "prior_precision" in row]
+            ),
             "effective_parameters": report["layers"],
             "effective_parameters_other": report["others"],
             "parameters": sum(p.numel() for p in self.model.parameters()),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.choices import GGN, Backend, HessianStructure, Optimizer, PriorMode
+from ella.choices import GGN, Backend, HessianStructure, Optimizer, PriorMode, PriorUpdate
 from ella.config import Config, option
 from ella.errors import ConfigError
 
@@ -47,6 +47,7 @@ class ScheduleConfig(OptimizerConfig):
     prior_precision: float = option(0.01, greater_than=0)
     n_epochs_burnin: int = option(4, minimum=0)
     marglik_frequency: int = option(3, minimum=1)
+    prior_update: PriorUpdate = PriorUpdate.ADAM
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     backend: Backend = Backend.NATIVE
@@ -55,6 +56,8 @@ class ScheduleConfig(OptimizerConfig):
 
     def check(self) -> None:
         super().check()
+        if self.prior_update == "optimum" and self.hessian != "kron":
+            raise ConfigError("--prior-update optimum needs --hessian kron")
         if self.backend == "native" and self.hessian != "kron":
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
@@ -97,7 +100,9 @@ SCHEDULE_HELP: dict[str, str] = {
     "prior_precision": "initial prior precision of every group",
     "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
     "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
-    "n_hypersteps": "Adam steps on the prior precisions per evidence fit",
+    "prior_update": "adam: --n-hypersteps Adam steps per evidence fit (the reference); "
+    "optimum: the fit's maximum of the evidence, per prior group in closed form",
+    "n_hypersteps": "Adam steps on the prior precisions per evidence fit (--prior-update adam)",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "backend": "curvature backend of the Laplace evidence",
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "

@@ -72,3 +72,61 @@ def test_fast_kron_evidence_follows_a_refit(float64):
     second = evidence.log_marginal_likelihood(log_delta).item()
     assert second != pytest.approx(first)
     assert second == pytest.approx(evidence.laplace_log_marginal_likelihood(log_delta).item())
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_optimal_log_prior_is_the_maximum_of_laplace_torchs_evidence(float64, case):
+    """The closed-form optimum is a stationary point of laplace-torch's own evidence, and
+    moving any group's precision away from it lowers that evidence."""
+    evidence = CASES[case]()
+    optimum = evidence.optimal_log_prior()
+    assert optimum.shape == (evidence.prior.n_groups,)
+    # a group whose maximum is at infinity gets the bound: untrained (zero) biases have
+    # ||theta||^2 = 0 and want delta -> inf; a group without curvature wants delta -> 0
+    interior = optimum.abs() < 24
+    if evidence.prior.mode != "tensor":
+        assert interior.all()
+    leaf = optimum.clone().requires_grad_()
+    value = evidence.laplace_log_marginal_likelihood(leaf)
+    (grad,) = torch.autograd.grad(value, leaf)
+    scale = evidence.prior.n_groups + float(torch.tensor(evidence.prior.numels).sum()) ** 0.5
+    assert grad[interior].abs().max() < 1e-8 * scale
+    assert (grad[~interior] * optimum[~interior] >= 0).all()  # rising towards the bound
+    for g in interior.nonzero().flatten().tolist():
+        for step in (-1e-2, 1e-2):
+            moved = optimum.clone()
+            moved[g] += step
+            assert evidence.laplace_log_marginal_likelihood(moved) < value
+
+
+def test_optimal_log_prior_maximises_the_closed_form_evidence_of_linear_regression(float64):
+    """A linear model is its own linearisation and its GGN is exact: the optimum must be the
+    maximum of log N(y | 0, sigma^2 I + X X^T / delta)."""
+    torch.manual_seed(0)
+    n, d, sigma = 40, 5, 0.5
+    x = torch.randn(n, d)
+    y = x @ torch.randn(d) + sigma * torch.randn(n)
+    model = nn.Linear(d, 1, bias=False)
+    # the MAP weights for a given delta, so that the Laplace evidence is exact there;
+    # the optimum is then checked on the closed form's gradient at that delta
+    log_delta = torch.tensor(0.0)
+    for _ in range(30):  # alternate: MAP weights, then the closed-form prior optimum
+        delta = log_delta.exp()
+        a = x.T @ x / sigma**2 + delta * torch.eye(d)
+        with torch.no_grad():
+            model.weight.copy_(torch.linalg.solve(a, x.T @ y / sigma**2)[None])
+        evidence = LaplaceEvidence(
+            model, PriorStructure(model, "scalar"), likelihood="regression", sigma_noise=sigma
+        )
+        evidence.fit(DataLoader(TensorDataset(x, y[:, None]), batch_size=40))
+        log_delta = evidence.optimal_log_prior()[0]
+
+    def closed_form(log_delta: torch.Tensor) -> torch.Tensor:
+        cov = sigma**2 * torch.eye(n) + x @ x.T / log_delta.exp()
+        return torch.distributions.MultivariateNormal(torch.zeros(n), cov).log_prob(y)
+
+    leaf = log_delta.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(closed_form(leaf), leaf)
+    assert abs(grad.item()) < 1e-6
+    assert closed_form(log_delta + 0.05) < closed_form(log_delta)
+    assert closed_form(log_delta - 0.05) < closed_form(log_delta)

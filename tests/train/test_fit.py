@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 
 import pytest
 import torch
@@ -14,31 +13,15 @@ from torch.utils.data import DataLoader, TensorDataset
 import ella
 from ella import FitConfig, PriorLearner
 from ella.errors import ConfigError
-from ella.nn import GroupPool, Lift, RelaxedLayer
 from ella.train.engine import Stream, epoch_seed
 from ella.train.fit import evidence_due
 from ella.train.schedule import cosine_lr
+from tests.user_models import user_model
 
 SCHEDULE = dict(
     epochs=3, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=5, ggn="mc",
     lr=3e-3, progress=False,
 )  # fmt: skip
-
-
-def user_model() -> nn.Module:
-    """Two relaxed layers between Lift and GroupPool, then an nn.Linear head."""
-    torch.manual_seed(0)
-    return nn.Sequential(
-        OrderedDict(
-            lift=Lift("C4"),
-            layer1=RelaxedLayer(1, 2, 8),
-            layer2=RelaxedLayer(2, 2, 8, stride=2),
-            pool=GroupPool("C4"),
-            gap=nn.AdaptiveAvgPool2d(1),
-            flat=nn.Flatten(),
-            head=nn.Linear(2, 3),
-        )
-    )
 
 
 def loaders():

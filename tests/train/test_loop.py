@@ -96,6 +96,14 @@ def test_learned_run_writes_the_contract(tmp_path):
     assert (tmp_path / "effective_parameters.png").stat().st_size > 1000
     assert (tmp_path / "checkpoint.pt").is_file()
     assert results["table"].startswith("layer")
+    # per round: how far the Adam steps left the priors from the round's optimum
+    rounds = [
+        row for row in map(json.loads, (tmp_path / "metrics.jsonl").open()) if "log_marglik" in row
+    ]
+    assert len(rounds) == 2 and all(row["prior_gap"] > 0 for row in rounds)
+    convergence = saved["prior_convergence"]
+    assert convergence["rounds"] == 2 and convergence["last_change"] > 0
+    assert "priors: " in results["table"] and "after 2 evidence rounds" in results["table"]
 
 
 def test_nan_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
