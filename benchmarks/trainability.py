@@ -9,10 +9,11 @@ variants change one thing at a time against the default mixer (width 2, C4,
 * the path mix (FC+CONV+GCONV, FC, CONV, GCONV);
 * width, learning rate and the group (a trivial-group CONV mixer is a plain
   8-layer CNN);
-* a normalisation before each layer's ReLU, inserted by wrapping the layers
-  (``instance``: per sample and channel over group copies and pixels, which keeps
-  exact equivariance and per-example independence; ``batch``: batch statistics
-  per channel, a diagnostic only, since it couples the examples of a batch);
+* a normalisation before each layer's ReLU (``instance``: the mixer's
+  ``norm="instance"``, per sample and channel over group copies and pixels, which
+  keeps exact equivariance and per-example independence; ``batch``: batch
+  statistics per channel, inserted by wrapping the layers, a diagnostic only,
+  since it couples the examples of a batch);
 * fixed instead of adaptive polyphase downsampling.
 
 ``python -m benchmarks.trainability`` (profile ``cpu``: 5000 MNIST training
@@ -80,22 +81,19 @@ VARIANTS = (
 )
 
 
-class NormalisedLayer(nn.Module):
-    """``relu(normalise(layer_without_relu(z)))`` for a :class:`RelaxedLayer`.
+class BatchNormalisedLayer(nn.Module):
+    """``relu(normalise(layer_without_relu(z)))`` with batch statistics, a diagnostic.
 
-    Shapes: (B, G, C, H, W) -> (B, G, C', H', W'). ``instance`` normalises over
-    (G, H, W) per sample and channel (parameter free; commutes with permuting the
-    group axis and with circular shifts, so a GCONV-only network stays exactly
-    invariant); ``batch`` over (B, G, H, W) per channel.
+    Shapes: (B, G, C, H, W) -> (B, G, C', H', W'); normalises over (B, G, H, W)
+    per channel, which couples the examples of a batch (so KFAC's per-example
+    evidence does not apply). ``instance`` is the library's own ``norm="instance"``.
     """
 
-    def __init__(self, layer: RelaxedLayer, norm: str, eps: float = 1e-5):
+    def __init__(self, layer: RelaxedLayer, eps: float = 1e-5):
         super().__init__()
-        if norm not in ("instance", "batch"):
-            raise ValueError(f"norm must be 'instance' or 'batch', got {norm!r}")
         layer.activation = False
         self.layer, self.eps = layer, eps
-        self.dims = (1, 3, 4) if norm == "instance" else (0, 1, 3, 4)
+        self.dims = (0, 1, 3, 4)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         out = self.layer(z)
@@ -114,10 +112,11 @@ def build(variant: Variant, data: ImageData) -> nn.Module:
         group=variant.group,
         paths=variant.paths,
         width=variant.width,
+        norm="instance" if variant.norm == "instance" else "none",
     )
-    if variant.norm != "none":
+    if variant.norm == "batch":
         for name, layer in model.layers.items():
-            setattr(model, name, NormalisedLayer(layer, variant.norm))
+            setattr(model, name, BatchNormalisedLayer(layer))
     return model
 
 

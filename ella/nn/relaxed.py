@@ -72,8 +72,8 @@ class RelaxedLayer(nn.Module):
             channel over (group copies, H, W) to mean 0 and variance 1 (no
             parameters). It commutes with the group's action, so it keeps every
             path's symmetry, and it treats each example on its own, so the
-            Kronecker-factored evidence applies unchanged; it makes the CONV and
-            GCONV paths train several times faster under Adam
+            Kronecker-factored evidence applies unchanged. At a fixed Adam budget
+            it raises the accuracy of CONV- and GCONV-only mixers by 10-24 points
             (``benchmarks/results/trainability.md``).
 
     Shapes:

@@ -56,3 +56,21 @@ def test_invariance_smoke(tmp_path):
             assert set(row["eta"]) == set(invariance.GENERATORS)
     assert any("rotate" in claim for claim in saved["claims"])
     assert (tmp_path / "invariance_eta.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_recipe_smoke(tmp_path):
+    from benchmarks import recipe
+
+    argv = ["--profile", "smoke", "--results-dir", str(tmp_path), "--recipes", "default"]
+    payload = recipe.main(argv)
+    saved = json.loads((tmp_path / "recipe.json").read_text())
+    assert len(saved["rows"]) == len(recipe.DATASETS) * len(recipe.PRIORS)
+    for row in saved["rows"]:
+        learned = row["priors"] != "map"
+        assert len(row["prior_gaps"]) == (2 if learned else 0)
+        if row["priors"] == "optimum":  # the rounds end at their optimum
+            assert max(row["prior_gaps"]) < 1e-6
+        assert set(row["squared_norms"]) == set(row["prior_precision"])
+    assert any("change training" in claim for claim in payload["claims"])
+    assert "| mnist_subset | default | map |" in (tmp_path / "recipe.md").read_text()
