@@ -92,7 +92,7 @@ def test_optimal_log_prior_is_the_maximum_of_laplace_torchs_evidence(float64, ca
     scale = evidence.prior.n_groups + float(torch.tensor(evidence.prior.numels).sum()) ** 0.5
     assert grad[interior].abs().max() < 1e-8 * scale
     assert (grad[~interior] * optimum[~interior] >= 0).all()  # rising towards the bound
-    for g in interior.nonzero().flatten().tolist():
+    for g in interior.nonzero().flatten().tolist()[:: max(1, int(interior.sum()) // 6)]:
         for step in (-1e-2, 1e-2):
             moved = optimum.clone()
             moved[g] += step
