@@ -107,7 +107,8 @@ def measured_notes(rows: list[dict]) -> tuple[dict[str, bool], list[str]]:
                 if base is None or r is None:
                     continue
                 diff = 100 * (r["train_accuracy"] - base["train_accuracy"])
-                ratio = {p: path_norms(r)[p] / path_norms(base)[p] for p in path_norms(base)}
+                norms, base_norms = path_norms(r), path_norms(base)
+                ratio = {p: norms[p] / base_norms[p] for p in base_norms}
                 claims[
                     f"{d}, {recipe}, {priors}: the learned priors change training "
                     "(train accuracy differs from MAP by >= 1 point)"

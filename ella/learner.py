@@ -34,6 +34,7 @@ from torch.nn.utils import parameters_to_vector
 from ella.choices import GGN, Backend, HessianStructure, PriorMode, PriorUpdate
 from ella.errors import ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik.evidence import at_bound
 
 __all__ = ["PriorLearner"]
 
@@ -293,7 +294,7 @@ def _gap(log_prior: torch.Tensor, optimum: torch.Tensor | None) -> float:
     the bisection's bounds); NaN without an optimum."""
     if optimum is None:
         return float("nan")
-    interior = optimum.abs() < 24
+    interior = ~at_bound(optimum)
     if not interior.any():
         return 0.0
     return float((log_prior.to(optimum) - optimum)[interior].abs().max())

@@ -180,6 +180,18 @@ def _check_finite_weights(model: nn.Module) -> None:
         )
 
 
+#: the bracket of the closed-form prior optimum in log precision; a group whose maximum
+#: lies outside gets the bound (see :meth:`KronEvidenceTerms.optimal_log_prior`)
+LOG_PRIOR_BOUNDS = (-25.0, 25.0)
+
+
+def at_bound(log_prior: torch.Tensor) -> torch.Tensor:
+    """Which entries of an optimum (n_groups,) sit at :data:`LOG_PRIOR_BOUNDS` (within 1),
+    i.e. whose evidence keeps rising towards zero or infinite precision."""
+    low, high = LOG_PRIOR_BOUNDS
+    return (log_prior <= low + 1) | (log_prior >= high - 1)
+
+
 class KronEvidenceTerms:
     """The Kronecker-factored log evidence as a function of one precision per tensor.
 
@@ -258,7 +270,7 @@ class KronEvidenceTerms:
 
     @torch.no_grad()
     def optimal_log_prior(
-        self, prior: PriorStructure, bounds: tuple[float, float] = (-25.0, 25.0), steps: int = 64
+        self, prior: PriorStructure, bounds: tuple[float, float] = LOG_PRIOR_BOUNDS, steps: int = 64
     ) -> torch.Tensor:
         """The log precisions that maximise :meth:`log_marginal_likelihood` at the fitted
         weights and curvature, one per group.

@@ -31,7 +31,7 @@ from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence
 from ella.rundir import RESULTS
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
-from ella.train.schedule import ScheduleConfig, make_optimizer
+from ella.train.schedule import ScheduleConfig, evidence_due, make_optimizer
 
 __all__ = ["FitConfig", "FitResult", "fit"]
 
@@ -90,15 +90,6 @@ class FitResult:
             "prior_convergence": self.prior_convergence,
             "metrics": self.metrics,
         }
-
-
-def evidence_due(config: ScheduleConfig, epoch: int) -> bool:
-    """Whether the evidence is fitted after (1-based) ``epoch``."""
-    return (
-        config.learn_priors
-        and epoch >= config.n_epochs_burnin
-        and epoch % config.marglik_frequency == 0
-    )
 
 
 def data_loss(output: torch.Tensor, y: torch.Tensor, config: FitConfig) -> torch.Tensor:

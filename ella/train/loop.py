@@ -41,19 +41,14 @@ from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
-from ella.train.schedule import cosine_lr, make_optimizer
+from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
 
 
 def evidence_epochs(config: TrainConfig) -> list[int]:
     """The (1-based) epochs after which the evidence is fitted: ``e >= n_epochs_burnin`` and
     ``e % marglik_frequency == 0``; none when neither priors nor invariance are learned."""
-    if not (config.learn_priors or config.invariance == "learned"):
-        return []
-    return [
-        e
-        for e in range(1, config.epochs + 1)
-        if e >= config.n_epochs_burnin and e % config.marglik_frequency == 0
-    ]
+    learning = config.learn_priors or config.invariance == "learned"
+    return [e for e in range(1, config.epochs + 1) if evidence_due(config, e, learning)]
 
 
 @torch.no_grad()

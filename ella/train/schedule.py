@@ -65,6 +65,15 @@ class ScheduleConfig(OptimizerConfig):
             )
 
 
+def evidence_due(config: ScheduleConfig, epoch: int, learning: bool | None = None) -> bool:
+    """Whether the evidence is fitted after (1-based) ``epoch``: something is learned by it
+    (``learning``, default ``config.learn_priors``), ``epoch >= n_epochs_burnin`` and
+    ``epoch % marglik_frequency == 0``."""
+    if learning is None:
+        learning = config.learn_priors
+    return learning and epoch >= config.n_epochs_burnin and epoch % config.marglik_frequency == 0
+
+
 def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
     """Cosine decay from ``lr`` at step 0 to ``lr_min`` at step ``total``."""
     return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
@@ -116,5 +125,6 @@ __all__ = [
     "OptimizerConfig",
     "ScheduleConfig",
     "cosine_lr",
+    "evidence_due",
     "make_optimizer",
 ]
