@@ -42,9 +42,15 @@ class EvidenceError(EllaError, RuntimeError):
     decomposition)."""
 
 
+class DistributedError(EllaError, RuntimeError):
+    """A job of several processes (torchrun) that cannot go on: another process died, or
+    the processes disagree."""
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DistributedError",
     "EllaError",
     "EvidenceError",
     "InputDataError",

@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from ella.choices import GGN, Backend, HessianStructure, PriorMode, PriorUpdate
+from ella.distributed import World, current
 from ella.errors import ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import at_bound
@@ -71,6 +72,11 @@ class PriorLearner:
         update: ``adam`` (``n_hypersteps`` Adam steps per evidence round) or ``optimum``
             (the round's maximum in closed form; see
             :meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`).
+        data_parallel: whether the evidence fit sums its Kronecker factors over the
+            processes of a ``torch.distributed`` job (each process passing its shard of
+            the data, as with a ``DistributedSampler``; see :mod:`ella.distributed`).
+            Default ``None``: whenever torch's default process group has more than one
+            process. The precisions are then checked to be identical on every process.
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
@@ -96,6 +102,7 @@ class PriorLearner:
         likelihood: str = "classification",
         sigma_noise: float = 1.0,
         update: PriorUpdate | str = PriorUpdate.ADAM,
+        data_parallel: bool | None = None,
     ):
         if not (isinstance(n_data, int) and n_data >= 1):
             raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
@@ -112,6 +119,7 @@ class PriorLearner:
         self.likelihood = likelihood
         self.sigma_noise = sigma_noise
         self.update = PriorUpdate.parse(update, "prior update")
+        self.data_parallel = data_parallel
         if self.update == "optimum" and self.hessian != "kron":
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
         device = next(model.parameters()).device
@@ -159,6 +167,19 @@ class PriorLearner:
         return 0.5 * (self.precision_diagonal() * theta.square()).sum() / self.n_data
 
     # ------------------------------------------------------------------ the evidence side
+    @property
+    def world(self) -> World:
+        """The processes whose evidence fits are summed (just this one unless data-parallel)."""
+        if self.data_parallel is False:
+            return World()
+        world = current()
+        if self.data_parallel and not world.distributed:
+            raise ConfigError(
+                "data_parallel=True needs torch.distributed's default process group with "
+                "several processes (start the script with torchrun)"
+            )
+        return world
+
     def make_evidence(self) -> LaplaceEvidence:
         return LaplaceEvidence(
             self.model,
@@ -173,11 +194,20 @@ class PriorLearner:
     def fit(self, batches: Iterable, progress: bool = False) -> LaplaceEvidence:
         """Fit the GGN at the model's current weights on ``batches`` (a loader or a list of
         ``(x, y)``); with fewer than ``n_data`` examples, the subset estimator of
-        :meth:`~ella.marglik.LaplaceEvidence.fit` scales it to ``n_data``."""
+        :meth:`~ella.marglik.LaplaceEvidence.fit` scales it to ``n_data``.
+
+        In a data-parallel job (see ``data_parallel``) every process passes its own
+        shard in a loader whose ``dataset`` is the whole set (a ``DataLoader`` with a
+        ``DistributedSampler``, or an :class:`ella.distributed.ShardLoader`)."""
         loader = batches if hasattr(batches, "dataset") else _Batches(batches)
         evidence = self.make_evidence()
         m = len(loader.dataset)
-        evidence.fit(loader, progress=progress, n_data=None if m == self.n_data else self.n_data)
+        evidence.fit(
+            loader,
+            progress=progress,
+            n_data=None if m == self.n_data else self.n_data,
+            world=self.world,
+        )
         self.evidence = evidence
         return evidence
 
@@ -207,6 +237,7 @@ class PriorLearner:
                 _check_finite(neg)
                 neg.backward()
                 self.optimizer.step()
+        self.world.check_identical(self.log_prior.detach(), "prior precisions")
         self.gaps.append(_gap(self.log_prior.detach(), optimum))
         value = self.log_marginal_likelihood()
         self.history.append(value)

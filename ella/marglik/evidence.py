@@ -28,6 +28,7 @@ from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 
 from ella.choices import GGN, Backend, HessianStructure
+from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
     dense_hessian,
@@ -36,6 +37,7 @@ from ella.marglik.laplace_internals import (
     kron_factors,
     parameter_dtype,
     scale_to_n_data,
+    sum_factors,
 )
 from ella.marglik.native import NativeGGN
 from ella.marglik.priors import PriorStructure
@@ -372,7 +374,13 @@ class LaplaceEvidence:
     def n_data(self) -> int:
         return int(self.laplace.n_data)
 
-    def fit(self, loader: Iterable, progress: bool = False, n_data: int | None = None) -> None:
+    def fit(
+        self,
+        loader: Iterable,
+        progress: bool = False,
+        n_data: int | None = None,
+        world: World | None = None,
+    ) -> None:
         """Fit the GGN over all batches of ``loader`` at the model's current weights.
 
         Args:
@@ -385,6 +393,12 @@ class LaplaceEvidence:
                 ``B`` are scaled by ``N / M``, the input factors ``A`` are the subset's
                 means, and the evidence is that of ``N`` points. Only for
                 ``structure="kron"``. Default: no scaling (``N = M``).
+            world: in a data-parallel job (:mod:`ella.distributed`), the processes whose
+                fits are summed: each process passes its shard of the data in a loader
+                whose ``dataset`` has the length of the whole (``M``), and the
+                Kronecker factors and log likelihood are summed over the processes
+                before they are decomposed (``structure="kron"`` only). Every process
+                then holds the evidence of all ``M`` examples.
 
         Raises:
             TrainingDivergedError: the weights are not finite.
@@ -392,6 +406,9 @@ class LaplaceEvidence:
             EvidenceError: the curvature is not finite or cannot be decomposed.
         """
         _check_finite_weights(self.model)
+        summed = world is not None and world.distributed
+        if summed and self.structure is not HessianStructure.KRON:
+            raise ConfigError("a data-parallel evidence fit needs the Kronecker Hessian (kron)")
         cls = _LAPLACE[self.structure]
         la = cls(
             self.model,
@@ -406,6 +423,8 @@ class LaplaceEvidence:
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
                 la.fit(_FiniteBatches(loader), progress_bar=progress)
+            if summed:
+                sum_factors(la, world.sum_)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
             blocks = len(kron_factors(la))

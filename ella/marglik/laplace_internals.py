@@ -22,6 +22,8 @@ the attribute, instead of the evidence going wrong somewhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "kron_factors",
     "parameter_dtype",
     "scale_to_n_data",
+    "sum_factors",
 ]
 
 
@@ -74,6 +77,28 @@ def scale_to_n_data(la, n_data: int) -> None:
         block[0] = block[0] * scale
     la.loss = la.loss * scale
     la.n_data = n_data
+    la.H = la.H_facs.decompose(damping=la.damping)
+
+
+def sum_factors(la, sum_: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Replace a fitted ``KronLaplace``'s factors and log-likelihood term by their sums over
+    the processes of a data-parallel fit, then decompose the factors again.
+
+    Each process fitted its shard with the whole data set's ``N`` (``la.n_data``), so
+    its factors are its shard's sums ``[sum b b^T, sum a a^T / N]`` and the sums over the
+    processes are the factors of the whole data set: KFAC sums both factors over the
+    examples (laplace-torch adds the factors of its batches the same way).
+
+    Args:
+        la: a fitted ``KronLaplace``.
+        sum_: sums a tensor over the processes in place and returns it
+            (:meth:`ella.distributed.World.sum_`).
+    """
+    for block in la.H_facs.kfacs:
+        for i, factor in enumerate(block):
+            block[i] = sum_(factor.contiguous())
+    loss = la.loss if torch.is_tensor(la.loss) else torch.tensor(float(la.loss))
+    la.loss = sum_(loss.detach().to(torch.float64).clone()).to(loss.dtype)
     la.H = la.H_facs.decompose(damping=la.damping)
 
 

@@ -1,0 +1,279 @@
+"""Data parallelism on PyTorch's own engine (``torch.distributed``), as ella uses it.
+
+Started by ``torchrun --standalone --nproc_per_node N -m ella train ...``, every
+process trains the same model on its part of every batch
+(``DistributedDataParallel`` averages the gradients), sums its Kronecker
+factors and log likelihood with the others' before the evidence is
+decomposed, and takes the same hyperparameter steps. What this module gives
+the commands and :func:`ella.fit`:
+
+* :class:`World`: this process's rank among ``size`` processes, with the few
+  collective operations ella needs (sums, a text broadcast without pickle,
+  a bitwise check that a tensor is the same everywhere, "the main process
+  first, then the others" with its error passed on);
+* :func:`start`: joins the process group torchrun describes in the environment
+  (``gloo`` for CPU tensors, ``nccl`` for CUDA tensors where torch has it);
+* :func:`global_batches`: one data order for the whole job, so that ``N``
+  processes with ``B / N`` images each see the batches one process with ``B``
+  would (:meth:`World.shard` cuts each global batch);
+* :class:`ShardLoader`: a process's part of a data set with the whole set's
+  length, as laplace-torch reads the data-set size;
+* :func:`peer_failures`: a collective that fails because another process
+  died becomes a :class:`~ella.errors.DistributedError` naming the checkpoint
+  to resume from.
+
+In one process (no torchrun) every operation is a no-op and ``World()`` is
+rank 0 of 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from ella.errors import DistributedError, EllaError
+
+__all__ = [
+    "ShardLoader",
+    "World",
+    "current",
+    "global_batches",
+    "launched",
+    "peer_failures",
+    "start",
+    "stop",
+]
+
+T = TypeVar("T")
+
+#: how long a collective waits for a silent peer before it fails
+TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process among the ``size`` processes of a job (rank 0 of 1 without torchrun).
+
+    Attributes:
+        rank: this process's global rank; rank 0 writes the run directory.
+        size: the number of processes.
+        local_rank: the rank on this machine (its GPU index).
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes files and shows progress (rank 0)."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def describe(self) -> str:
+        return f"process {self.rank} of {self.size}"
+
+    # ------------------------------------------------------------------ data
+    def shard(self, n: int) -> range:
+        """This process's contiguous part of ``range(n)``: the first ``n % size`` processes
+        get one item more (``torch.tensor_split``'s rule); empty when ``n < size``."""
+        base, extra = divmod(n, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (self.rank < extra))
+
+    def device(self, device: torch.device) -> torch.device:
+        """``device`` for this process: ``cuda`` becomes this process's GPU ``cuda:local_rank``."""
+        if self.distributed and device.type == "cuda":
+            return torch.device("cuda", self.local_rank)
+        return device
+
+    # ------------------------------------------------------------------ collectives
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over the processes, in place; returns it."""
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def sum_values(self, *values: float) -> list[float]:
+        """The sums over the processes of a few numbers (one float64 all-reduce)."""
+        if not self.distributed:
+            return [float(v) for v in values]
+        return self.sum_(torch.tensor(values, dtype=torch.float64)).tolist()
+
+    def broadcast_text(self, text: str | None) -> str:
+        """Rank 0's ``text`` on every process (UTF-8 bytes in tensors, never pickled)."""
+        if not self.distributed:
+            return text or ""
+        data = torch.tensor(list((text or "").encode()) if self.is_main else [], dtype=torch.uint8)
+        length = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(length, src=0)
+        if not self.is_main:
+            data = torch.empty(int(length), dtype=torch.uint8)
+        if int(length):
+            dist.broadcast(data, src=0)
+        return bytes(data.tolist()).decode()
+
+    def main_first(self, work: Callable[[], T]) -> T | None:
+        """Run ``work`` on rank 0 alone and pass its outcome on: the other processes wait,
+        then raise a :class:`DistributedError` with rank 0's message if it failed. Returns
+        ``work()``'s value on rank 0, None elsewhere."""
+        if not self.distributed:
+            return work()
+        error, result = None, None
+        if self.is_main:
+            try:
+                result = work()
+            except Exception as err:  # passed on, then raised here too
+                error = err
+        outcome = self.broadcast_text("ok" if error is None else f"failed: {error}")
+        if error is not None:
+            raise error
+        if outcome != "ok":
+            raise DistributedError(f"process 0 stopped the job: {outcome.removeprefix('failed: ')}")
+        return result
+
+    def check_identical(self, tensor: torch.Tensor, what: str) -> None:
+        """Raise unless ``tensor`` holds the same bits on every process (compared with rank
+        0's copy)."""
+        if not self.distributed:
+            return
+        reference = tensor.detach().clone()
+        dist.broadcast(reference, src=0)
+        differ = torch.tensor(
+            [0.0 if torch.equal(reference, tensor.detach()) else 1.0], dtype=torch.float64
+        )
+        if self.sum_(differ).item():
+            gap = float((reference - tensor.detach()).abs().max())
+            raise DistributedError(
+                f"the {what} differ between the processes ({self.describe()} is {gap:.3g} from "
+                "process 0); the processes no longer compute the same thing: please report this"
+            )
+
+
+def current() -> World:
+    """The :class:`World` of torch's default process group (rank 0 of 1 without one)."""
+    if dist.is_available() and dist.is_initialized():
+        size = dist.get_world_size()
+        return World(dist.get_rank(), size, int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    return World()
+
+
+def launched() -> bool:
+    """Whether torchrun started this process as one of several (``WORLD_SIZE`` > 1)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def backend() -> str:
+    """``gloo`` for CPU tensors and, where this torch has CUDA and NCCL, ``nccl`` for CUDA
+    tensors (one default group serves both)."""
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+def _stopped_by_launcher(signum, frame) -> None:
+    raise DistributedError(
+        f"stopped by torchrun (signal {signal.Signals(signum).name}): another process of this "
+        "job ended"
+    )
+
+
+def start() -> World:
+    """Join the process group that torchrun describes in the environment (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``...), once; rank 0 of 1 when not launched by torchrun.
+
+    On CUDA machines each process uses GPU ``LOCAL_RANK``. A ``SIGTERM`` (torchrun stopping
+    the job because another process failed) becomes a :class:`DistributedError`, so the
+    process says why it ends.
+    """
+    if not launched():
+        return current()
+    if not dist.is_available():
+        raise DistributedError("this torch build has no torch.distributed; run one process")
+    if not dist.is_initialized():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        dist.init_process_group(backend=backend(), timeout=TIMEOUT)
+        signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    return current()
+
+
+def stop() -> None:
+    """Leave the process group (after a job that ended well)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _is_peer_failure(err: BaseException) -> bool:
+    if isinstance(err, EllaError):
+        return False
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(
+        mark in text for mark in ("gloo", "Gloo", "NCCL", "Connection closed", "Connection reset")
+    )
+
+
+@contextmanager
+def peer_failures(world: World, note: Callable[[], str]) -> Iterator[None]:
+    """Turn a collective's failure (another process died or hung) into a
+    :class:`DistributedError` that says ``note()`` (where the last checkpoint is)."""
+    try:
+        yield
+    except DistributedError as err:
+        raise DistributedError(f"{world.describe()}: {err}; {note()}") from err
+    except Exception as err:
+        if not (world.distributed and _is_peer_failure(err)):
+            raise
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DistributedError(
+            f"{world.describe()}: another process of this job stopped ({first_line[:200]}); "
+            f"{note()}"
+        ) from err
+
+
+def global_batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """The job's batches of one epoch: a permutation of ``range(n)`` drawn from ``generator``
+    exactly as ``DataLoader(shuffle=True, generator=generator)`` draws it (the loader's
+    iterator first takes one number for its workers' base seed, then its sampler draws the
+    permutation), cut into batches of ``batch_size`` (the last one shorter). Every process
+    draws the same."""
+    torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed
+    return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+class ShardLoader:
+    """A process's batches of a data set, presented as the whole set to laplace-torch:
+    iterating gives this process's batches, ``dataset`` has the whole set's length (the
+    ``N`` of the Kronecker factors' scaling, the same on every process).
+
+    Args:
+        loader: this process's batches (e.g. a ``DataLoader`` over its shard).
+        total: the number of examples over all processes.
+    """
+
+    def __init__(self, loader: Iterable, total: int):
+        self.loader = loader
+        self.dataset = range(total)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)

@@ -1,0 +1,79 @@
+"""Work for the processes that ``tests/test_distributed.py`` starts with torchrun.
+
+``python -m torch.distributed.run --standalone --nproc_per_node 2 tests/distributed_workers.py
+evidence OUT.json``: every process fits the Laplace evidence of a small float64 network on
+its shard of the data, summed over the processes, and rank 0 also fits it in one process
+on all the data; rank 0 writes both (values, gradients in the log precisions, Kronecker
+factors' norms) to ``OUT.json`` for the test to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ella import distributed  # noqa: E402
+from ella.learner import PriorLearner  # noqa: E402
+from ella.marglik import LaplaceEvidence, PriorStructure  # noqa: E402
+from ella.marglik.laplace_internals import kron_factors  # noqa: E402
+from tests.user_models import user_model  # noqa: E402
+
+
+def _data(n: int = 21) -> TensorDataset:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 1, 8, 8, generator=generator, dtype=torch.float64)
+    y = torch.randint(0, 3, (n,), generator=generator)
+    return TensorDataset(x, y)
+
+
+def _evidence(model, data, world, batch_size: int = 4) -> dict:
+    """Value and gradient of the evidence fitted on this process's shard (summed over
+    ``world``), at fixed log precisions."""
+    prior = PriorStructure(model)
+    evidence = LaplaceEvidence(model, prior, ggn="exact")
+    part = Subset(data, list(world.shard(len(data))))
+    loader = distributed.ShardLoader(DataLoader(part, batch_size=batch_size), len(data))
+    evidence.fit(loader, world=world)
+    log_prior = torch.linspace(-1.0, 1.0, prior.n_groups, dtype=torch.float64)
+    log_prior.requires_grad_()
+    value = evidence.log_marginal_likelihood(log_prior)
+    (grad,) = torch.autograd.grad(value, log_prior)
+    factors = [float(f.norm()) for block in kron_factors(evidence.laplace) for f in block]
+    return {"value": float(value), "grad": grad.tolist(), "factors": factors}
+
+
+def evidence(out: str) -> None:
+    world = distributed.start()
+    data = _data()
+    model = user_model().double()
+    sharded = _evidence(model, data, world)
+    # the learner: subset evidence of 9 examples (one global subset, sharded) and Adam steps
+    learner = PriorLearner(model, n_data=len(data))
+    subset = Subset(data, list(range(9)))
+    part = Subset(subset, list(world.shard(len(subset))))
+    learner.evidence_step(
+        distributed.ShardLoader(DataLoader(part, batch_size=4), len(subset)), n_hypersteps=5
+    )
+    if world.is_main:
+        single = _evidence(model, data, distributed.World())
+        alone = PriorLearner(model, n_data=len(data), data_parallel=False)
+        alone.evidence_step(DataLoader(subset, batch_size=4), n_hypersteps=5)
+        result = {
+            "world_size": world.size,
+            "sharded": sharded,
+            "single": single,
+            "learner_sharded": learner.log_prior.tolist(),
+            "learner_single": alone.log_prior.tolist(),
+        }
+        Path(out).write_text(json.dumps(result))
+    distributed.stop()
+
+
+if __name__ == "__main__":
+    {"evidence": evidence}[sys.argv[1]](*sys.argv[2:])

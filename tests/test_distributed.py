@@ -1,0 +1,112 @@
+"""Data parallelism (``ella.distributed``): shards, one global data order, and the evidence
+of two processes (started by torchrun, gloo on CPU) against one process on all the data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ella import distributed
+from ella.errors import DistributedError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(*args: str, processes: int = 2, timeout: float = 300, **popen) -> list[str]:
+    """The command that starts ``args`` (a script, or ``-m module ...``) in ``processes``
+    processes on this machine."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        *args,
+    ]
+
+
+def run_torchrun(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        torchrun(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# ---------------------------------------------------------------- one process
+@pytest.mark.parametrize("n", [0, 1, 5, 6, 7])
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_shards_cover_every_item_once_in_order(n, size):
+    shards = [distributed.World(rank, size).shard(n) for rank in range(size)]
+    assert [i for shard in shards for i in shard] == list(range(n))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    expected = [len(part) for part in torch.arange(n).tensor_split(size)]
+    assert [len(s) for s in shards] == expected
+
+
+def test_global_batches_are_the_data_loaders_order():
+    data = TensorDataset(torch.arange(23))
+    generator = torch.Generator().manual_seed(3)
+    loader = DataLoader(data, batch_size=5, shuffle=True, generator=generator)
+    ours = distributed.global_batches(23, 5, torch.Generator().manual_seed(3))
+    assert [b.tolist() for b in ours] == [x.tolist() for (x,) in loader]
+
+
+def test_single_process_world_is_a_no_op():
+    world = distributed.current()
+    assert (world.rank, world.size, world.is_main, world.distributed) == (0, 1, True, False)
+    t = torch.ones(3)
+    assert world.sum_(t) is t and t.tolist() == [1.0, 1.0, 1.0]
+    assert world.sum_values(2, 3.5) == [2.0, 3.5]
+    assert world.broadcast_text("runs/x") == "runs/x"
+    assert world.main_first(lambda: 7) == 7
+    world.check_identical(t, "anything")
+
+
+def test_device_maps_cuda_to_the_local_gpu():
+    world = distributed.World(rank=3, size=4, local_rank=1)
+    assert world.device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert world.device(torch.device("cpu")) == torch.device("cpu")
+    assert distributed.World().device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+
+
+def test_peer_failure_becomes_a_clear_error():
+    world = distributed.World(0, 2)
+    expected = pytest.raises(DistributedError, match="another process of this job stopped.*resume")
+    with expected, distributed.peer_failures(world, lambda: "resume from epoch 2"):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    # not a collective's failure: unchanged
+    with pytest.raises(ValueError, match="unrelated"), distributed.peer_failures(world, str):
+        raise ValueError("unrelated")
+
+
+def test_not_launched_without_torchrun(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not distributed.launched()
+    assert distributed.start() == distributed.World()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not distributed.launched()
+
+
+# ---------------------------------------------------------------- two processes
+@pytest.mark.slow
+def test_evidence_of_two_shards_equals_the_evidence_of_all_data(tmp_path):
+    """Exact GGN, float64: every Kronecker factor, the log evidence and its gradient in the
+    log precisions, summed over two processes' shards, equal one process's fit on all the
+    data to relative 1e-6; so do the precisions after subset-evidence Adam steps."""
+    out = tmp_path / "evidence.json"
+    done = run_torchrun("tests/distributed_workers.py", "evidence", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["world_size"] == 2
+    sharded, single = r["sharded"], r["single"]
+    assert sharded["value"] == pytest.approx(single["value"], rel=1e-6)
+    assert sharded["grad"] == pytest.approx(single["grad"], rel=1e-6, abs=1e-9)
+    assert sharded["factors"] == pytest.approx(single["factors"], rel=1e-6)
+    assert r["learner_sharded"] == pytest.approx(r["learner_single"], rel=1e-5)
