@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ella import distributed
 from ella.choices import LayerGroup
 from ella.commandline import (
     THREADS_NOTE,
@@ -75,8 +76,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
     from ella.train import Trainer
 
-    out, config = prepare_run(args, TrainConfig, "run")
+    world = distributed.start()  # several processes under torchrun, else this one
+    out, config = prepare_run(args, TrainConfig, "run", world)
     results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+    if not world.is_main:
+        return 0
     print(results["table"])
     figures = [f.name for f in sorted(out.glob("*.png"))]
     print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
@@ -223,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_threads()
-    return args.func(args)
+    return distributed.end_process(args.func(args))
 
 
 if __name__ == "__main__":

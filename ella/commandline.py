@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ella.config import Config, choice_type
+from ella.distributed import ONE_PROCESS, World
 from ella.errors import CheckpointError, ConfigError, EllaError
 from ella.rundir import CONFIG, check_run_directory, new_run_directory, read_json
 from ella.system import resolve_device
@@ -139,8 +140,14 @@ def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config
     return new
 
 
-def prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str):
+def prepare_run(
+    args: argparse.Namespace, config_cls: type[Config], prefix: str, world: World = ONE_PROCESS
+):
     """Check the options and the run directory before any work, and build the configuration.
+
+    In a data-parallel job (``world``) process 0 checks (and creates) the run directory
+    and tells the others its name; they build the same configuration, without progress
+    bars.
 
     Returns:
         ``(out, config)``.
@@ -149,6 +156,21 @@ def prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str)
         EllaError: naming what is wrong (bad option, unusable run directory, resume
             with a changed option, a device this machine lacks).
     """
+    prepared = world.main_first(lambda: _prepare_run(args, config_cls, prefix))
+    if world.is_main:
+        out, config = prepared
+        world.broadcast_text(str(out))
+        return out, config
+    out = Path(world.broadcast_text(None))
+    config = (
+        _resumed_config(out, args, config_cls)
+        if args.resume
+        else config_from_args(args, config_cls)
+    )
+    return out, dataclasses.replace(config, progress=False)
+
+
+def _prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str):
     if args.out is None and args.resume:
         raise ConfigError("--resume needs --out RUN_DIR")
     if args.resume and args.overwrite:

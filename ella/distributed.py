@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,9 +43,11 @@ import torch.distributed as dist
 from ella.errors import DistributedError, EllaError
 
 __all__ = [
+    "ONE_PROCESS",
     "ShardLoader",
     "World",
     "current",
+    "end_process",
     "global_batches",
     "launched",
     "peer_failures",
@@ -161,6 +164,10 @@ class World:
             )
 
 
+#: the world of a process that runs alone
+ONE_PROCESS = World()
+
+
 def current() -> World:
     """The :class:`World` of torch's default process group (rank 0 of 1 without one)."""
     if dist.is_available() and dist.is_initialized():
@@ -217,6 +224,21 @@ def stop() -> None:
     """Leave the process group (after a job that ended well)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_process(status: int) -> int:
+    """How a command of a torchrun job ends: after success it leaves the process group and
+    returns ``status``; after a failure (its message already printed) it ends the process
+    at once with ``status``, because the process group's teardown may abort the process
+    (SIGABRT) once a peer is gone. Without torchrun it just returns ``status``."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return status
+    if status == 0:
+        stop()
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _is_peer_failure(err: BaseException) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ella.distributed import ONE_PROCESS, World, peer_failures
 from ella.errors import ConfigError, InputDataError, TrainingDivergedError
 from ella.io import load_checkpoint, save_jsonl, save_torch
 from ella.rundir import CHECKPOINT, METRICS, begin_run, checkpoint_note
@@ -96,12 +97,20 @@ class EpochRun(abc.ABC):
     Subclasses set ``config`` (with ``epochs``, ``lr``, ``lr_min``, ``progress``
     and ``to_dict``), ``out`` (the run directory or None), ``state`` (an
     :class:`EpochState`) and ``steps_per_epoch`` before :meth:`run_epochs`.
+
+    In a data-parallel job (``world``, see :mod:`ella.distributed`) every process
+    runs the loop; process 0 alone claims the run directory, writes checkpoints
+    and metrics and shows progress, every process loads the checkpoint to resume,
+    and a collective that fails because another process died becomes a
+    :class:`~ella.errors.DistributedError` naming the checkpoint to resume from.
     """
 
     config: Any
     out: Path | None
     state: EpochState
     steps_per_epoch: int
+    #: the processes of the job (this one alone by default)
+    world: World = ONE_PROCESS
     #: what the divergence message advises
     divergence_hint: str = "Try a smaller --lr."
 
@@ -133,8 +142,14 @@ class EpochRun(abc.ABC):
             "state": self.state.__dict__,
         }
 
+    @property
+    def progress(self) -> bool:
+        """Whether this process shows progress bars (the main process, if asked)."""
+        return bool(self.config.progress) and self.world.is_main
+
     def save(self) -> None:
-        save_epoch(self.out, self.checkpoint(), self.state.metrics)
+        if self.world.is_main:
+            save_epoch(self.out, self.checkpoint(), self.state.metrics)
 
     def load(self) -> None:
         if self.out is None:
@@ -176,17 +191,30 @@ class EpochRun(abc.ABC):
     ) -> float:
         """Claim the run directory (or resume from it), train the epochs still to do,
         saving after each; return the seconds spent training."""
-        begin_run(self.out, self.config, resume=resume, overwrite=overwrite, load=self.load)
+        self.world.main_first(
+            lambda: begin_run(
+                self.out, self.config, resume=resume, overwrite=overwrite, load=self.load
+            )
+        )
+        if resume and not self.world.is_main:
+            self.load()
         start = time.perf_counter()
-        bar = epoch_bar(self.state.epoch, self.config.epochs, desc, self.config.progress)
-        for _ in bar:
-            row = self.train_epoch()
-            self.state.epoch += 1
-            row["epoch"] = self.state.epoch
-            self.after_epoch(row)
-            self.state.metrics.append(row)
-            self.save()
-            bar.set_postfix(self.postfix(row))
-            if on_epoch_end is not None:
-                on_epoch_end(self)
+        bar = epoch_bar(self.state.epoch, self.config.epochs, desc, self.progress)
+        with peer_failures(self.world, self.resume_note):
+            for _ in bar:
+                row = self.train_epoch()
+                self.state.epoch += 1
+                row["epoch"] = self.state.epoch
+                self.after_epoch(row)
+                self.state.metrics.append(row)
+                self.save()
+                bar.set_postfix(self.postfix(row))
+                if on_epoch_end is not None:
+                    on_epoch_end(self)
         return time.perf_counter() - start
+
+    def resume_note(self) -> str:
+        """Where the last checkpoint is and how to go on from it."""
+        if self.out is None:
+            return checkpoint_note(self.out)
+        return f"{checkpoint_note(self.out)}; run the same command with --resume to go on"

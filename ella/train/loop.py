@@ -23,13 +23,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
 from ella.data import load_dataset
 from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
-from ella.errors import EvidenceError, TrainingDivergedError
+from ella.distributed import ONE_PROCESS, ShardLoader, World, current, global_batches
+from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
@@ -52,10 +54,15 @@ def evidence_epochs(config: TrainConfig) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: TensorDataset, batch_size: int = 500) -> dict[str, float]:
-    """Accuracy and mean negative log likelihood on ``data``."""
+def evaluate(
+    model: nn.Module, data: TensorDataset, batch_size: int = 500, world: World = ONE_PROCESS
+) -> dict[str, float]:
+    """Accuracy and mean negative log likelihood on ``data`` (in a data-parallel job each
+    process evaluates its shard and the sums are shared)."""
     model.eval()
     device = next(model.parameters()).device
+    if world.distributed:
+        data = Subset(data, list(world.shard(len(data))))
     correct, nll, n = 0, 0.0, 0
     for x, y in DataLoader(data, batch_size=batch_size):
         x, y = x.to(device), y.to(device)
@@ -63,6 +70,7 @@ def evaluate(model: nn.Module, data: TensorDataset, batch_size: int = 500) -> di
         correct += int((logits.argmax(1) == y).sum())
         nll += float(F.cross_entropy(logits, y, reduction="sum"))
         n += len(y)
+    correct, nll, n = world.sum_values(correct, nll, n)
     return {"accuracy": correct / n, "nll": nll / n}
 
 
@@ -83,6 +91,12 @@ class Trainer(EpochRun):
         out_dir: run directory (config.json, metrics.jsonl, checkpoint.pt, results.json).
         on_epoch_end: optional callback ``f(trainer)`` after each saved epoch
             (used by tests to simulate an interruption).
+
+    Under torchrun (:mod:`ella.distributed`) every process builds the same model and
+    trains it with ``DistributedDataParallel`` on its part of every batch of one global
+    data order (so ``N`` processes follow the batches of one process); the evidence is
+    fitted on shards of one global subset and summed; test metrics are summed over
+    shards of the test set; process 0 writes the run directory.
     """
 
     def __init__(
@@ -95,7 +109,9 @@ class Trainer(EpochRun):
         self.config = config
         self.out = Path(out_dir)
         self.on_epoch_end = on_epoch_end
-        self.device = resolve_device(config.device)
+        self.world = current()
+        self._check_world(config)
+        self.device = self.world.device(resolve_device(config.device))
         torch.manual_seed(config.seed)
         self.data = load_dataset(
             config.dataset, config.data_dir, config.train_size, config.test_size
@@ -104,6 +120,7 @@ class Trainer(EpochRun):
             config, self.data.in_channels, self.data.num_classes, self.data.image_size
         ).to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
+        self.train_model = self._data_parallel(self.model)
         self.n_train = len(self.data.train)
         self.priors = PriorLearner.from_config(self.net, self.n_train, config)
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
@@ -118,6 +135,35 @@ class Trainer(EpochRun):
         # (epoch, evidence, log evidence) of the last evidence step, reused by the report
         self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+
+    # ------------------------------------------------------------------ data parallelism
+    def _check_world(self, config: TrainConfig) -> None:
+        """Refuse, before any work, what a data-parallel job cannot do."""
+        if not self.world.distributed:
+            return
+        size = self.world.size
+        if config.invariance != "none":
+            raise ConfigError(
+                f"--invariance {config.invariance} is not data-parallel yet (its evidence "
+                "draws transformations per process); run it in one process, without torchrun"
+            )
+        if config.batch_size < size:
+            raise ConfigError(
+                f"--batch-size {config.batch_size} is smaller than the {size} processes; "
+                f"each process needs images of every batch: use --batch-size >= {size}"
+            )
+        if config.marglik_subset_size is not None and config.marglik_subset_size < size:
+            raise ConfigError(
+                f"--marglik-subset-size {config.marglik_subset_size} is smaller than the "
+                f"{size} processes; use at least {size}"
+            )
+
+    def _data_parallel(self, model: nn.Module) -> nn.Module:
+        """``model`` wrapped in ``DistributedDataParallel`` in a job of several processes."""
+        if not self.world.distributed:
+            return model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
 
     # ------------------------------------------------------------------ invariance
     def _wrap_invariance(self, net: nn.Module) -> nn.Module:
@@ -158,7 +204,7 @@ class Trainer(EpochRun):
     def predict_train(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Training-mode logits; transformation samples come from ``generator``."""
         if not self.invariant:
-            return self.model(x)
+            return self.train_model(x)
         eps = self.model.sample_eps(len(x), self.config.invariance_samples, generator)
         eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
         return self.model(x, eps=eps.to(x.device), eta=eta)
@@ -190,16 +236,23 @@ class Trainer(EpochRun):
         generator = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
         augment_generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
         eps_generator = epoch_generator(cfg.seed, epoch, Stream.TRANSFORMATIONS)
-        loader = DataLoader(
-            self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=generator
-        )
+        world = self.world
+        images, labels = self.data.train.tensors
         loss_sum, correct, seen = 0.0, 0, 0
-        for x, y in loader:
-            x = augment(x, cfg.augment, augment_generator)  # per image; the test set never
+        for batch in global_batches(self.n_train, cfg.batch_size, generator):
+            x = augment(images[batch], cfg.augment, augment_generator)  # the test set never
+            y = labels[batch]
+            n_batch = len(y)  # the global batch; this process takes its shard
+            part = world.shard(n_batch)
+            x, y = x[part.start : part.stop], y[part.start : part.stop]
             x, y = x.to(self.device), y.to(self.device)
             lr = self.set_lr(self.optimizer)
             logits = self.predict_train(x, eps_generator)
-            loss = F.cross_entropy(logits, y) + self.priors.penalty()
+            if world.distributed:  # DDP averages over processes: sum / n_batch in all
+                data_loss = F.cross_entropy(logits, y, reduction="sum") * (world.size / n_batch)
+            else:
+                data_loss = F.cross_entropy(logits, y)
+            loss = data_loss + self.priors.penalty()
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
             self.check_loss(loss, x)
@@ -211,9 +264,10 @@ class Trainer(EpochRun):
             if cfg.invariance == "augerino":
                 self.eta_optimizer.step()
             self.state.step += 1
-            loss_sum += float(loss.detach()) * len(y)
+            loss_sum += float(loss.detach()) * n_batch / world.size
             correct += int((logits.argmax(1) == y).sum())
             seen += len(y)
+        loss_sum, correct, seen = world.sum_values(loss_sum, correct, seen)
         return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
 
     def evidence_data(self) -> Dataset:
@@ -226,8 +280,14 @@ class Trainer(EpochRun):
         return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
 
     def fit_evidence(self) -> LaplaceEvidence:
-        loader = DataLoader(self.evidence_data(), batch_size=self.config.marglik_batch_size)
-        return self.priors.fit(loader, progress=self.config.progress)
+        """Fit the evidence on :meth:`evidence_data` (in a data-parallel job each process
+        fits its shard of it, and the factors are summed)."""
+        data, batch_size = self.evidence_data(), self.config.marglik_batch_size
+        if not self.world.distributed:
+            return self.priors.fit(DataLoader(data, batch_size=batch_size), self.progress)
+        part = Subset(data, list(self.world.shard(len(data))))
+        loader = ShardLoader(DataLoader(part, batch_size=batch_size), total=len(data))
+        return self.priors.fit(loader, progress=self.progress)
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
@@ -268,7 +328,7 @@ class Trainer(EpochRun):
             [self.log_prior] if cfg.learn_priors else []
         )
         steps = tqdm(
-            range(cfg.n_hypersteps), desc="evidence steps", leave=False, disable=not cfg.progress
+            range(cfg.n_hypersteps), desc="evidence steps", leave=False, disable=not self.progress
         )
         for _ in steps:
             _, value = self.invariance_evidence(generator)
@@ -362,7 +422,8 @@ class Trainer(EpochRun):
                 }
         if self.invariant:
             row["eta"] = self.eta()
-        row.update({f"test_{k}": v for k, v in evaluate(self.model, self.data.test).items()})
+        test = evaluate(self.model, self.data.test, world=self.world)
+        row.update({f"test_{k}": v for k, v in test.items()})
 
     def postfix(self, row: dict) -> dict[str, str]:
         return {
@@ -381,13 +442,13 @@ class Trainer(EpochRun):
             save_figure,
         )
 
-        final = evaluate(self.model, self.data.test)
+        final = evaluate(self.model, self.data.test, world=self.world)
         best = self.state.best
         if best is not None:  # report the best-evidence state
             self.model.load_state_dict(best["model"])
             with torch.no_grad():
                 self.log_prior.copy_(best["log_prior"])
-        reported = evaluate(self.model, self.data.test)
+        reported = evaluate(self.model, self.data.test, world=self.world)
         epoch = best["epoch"] if best is not None else self.state.epoch
         if self._last_evidence is not None and self._last_evidence[0] == epoch:
             _, evidence, final_marglik = self._last_evidence  # at exactly these weights
@@ -427,13 +488,15 @@ class Trainer(EpochRun):
             "test_size": len(self.data.test),
             "epochs": self.state.epoch,
             "train_time_s": seconds,
+            "processes": self.world.size,
             "config": self.config.to_dict(),
         }
-        save_json(results, self.out / "results.json")
-        if results["effective_parameters"]:  # networks with relaxed layers
-            save_figure(results, self.out / "effective_parameters.png")
-        if results["eta_history"]:
-            save_eta_figure(results, self.out / "eta.png")
+        if self.world.is_main:
+            save_json(results, self.out / "results.json")
+            if results["effective_parameters"]:  # networks with relaxed layers
+                save_figure(results, self.out / "effective_parameters.png")
+            if results["eta_history"]:
+                save_eta_figure(results, self.out / "eta.png")
         results["table"] = format_table(results)
         return results
 
