@@ -29,6 +29,7 @@ rank 0 of 1.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -263,11 +264,19 @@ def peer_failures(world: World, note: Callable[[], str]) -> Iterator[None]:
     except Exception as err:
         if not (world.distributed and _is_peer_failure(err)):
             raise
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DistributedError(
-            f"{world.describe()}: another process of this job stopped ({first_line[:200]}); "
-            f"{note()}"
+            f"{world.describe()}: another process of this job stopped ({_gist(err)}); {note()}"
         ) from err
+
+
+def _gist(err: BaseException) -> str:
+    """The first sentence of a collective's error, without its source location:
+    ``Read error [127.0.0.1]:653: Connection reset by peer``."""
+    text = str(err).strip()
+    if not text:
+        return type(err).__name__
+    line = re.sub(r"^\[[^\]]*\]\s*", "", text.splitlines()[0])
+    return line.split(". ")[0][:200]
 
 
 def global_batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
