@@ -40,18 +40,23 @@ from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from ella.errors import DistributedError, EllaError
+from ella.errors import ConfigError, DistributedError, EllaError
 
 __all__ = [
     "ONE_PROCESS",
     "ShardLoader",
+    "ShardedBatchSampler",
+    "check_batches",
     "World",
     "current",
+    "data_parallel",
     "end_process",
     "global_batches",
     "launched",
     "peer_failures",
+    "shard_loader",
     "start",
     "stop",
 ]
@@ -287,6 +292,100 @@ def global_batches(n: int, batch_size: int, generator: torch.Generator) -> list[
     draws the same."""
     torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed
     return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
+    """``model`` wrapped in ``DistributedDataParallel`` in a job of several processes (on
+    the GPU of its parameters, if any), else ``model`` itself. Train through the wrapper;
+    read and save the weights of ``model``."""
+    if not world.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = next(model.parameters()).device
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def check_batches(n: int, batch_size: int, world: World, drop_last: bool = False) -> None:
+    """Refuse, before any work, batches that would leave a process without images: every
+    global batch (the last one included) must hold at least one image per process."""
+    if not world.distributed:
+        return
+    last = 0 if drop_last else n % batch_size
+    if batch_size < world.size or 0 < last < world.size:
+        what = f"batches of {batch_size}" if batch_size < world.size else f"a last batch of {last}"
+        raise ConfigError(
+            f"{n} training images in {what} leave some of the {world.size} processes without "
+            f"images; choose a batch size of at least {world.size} whose last batch has at "
+            f"least {world.size} images (or none)"
+        )
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """This process's part of every global batch that ``sampler`` and ``batch_size`` make.
+
+    Every process iterates the same ``sampler`` (a ``RandomSampler`` draws its order from
+    torch's global generator, seeded alike on every process), cuts the order into global
+    batches of ``batch_size`` and keeps its contiguous shard (:meth:`World.shard`) of each.
+
+    Args:
+        sampler: the indices in their global order (e.g. the user loader's sampler).
+        batch_size: the global batch size ``B``; each process gets about ``B / size``.
+        drop_last: drop a last global batch shorter than ``batch_size``.
+        world: the processes.
+    """
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool, world: World):
+        self.sampler, self.batch_size, self.drop_last, self.world = (
+            sampler,
+            batch_size,
+            drop_last,
+            world,
+        )
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield self._part(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self._part(batch)
+
+    def _part(self, batch: list[int]) -> list[int]:
+        part = self.world.shard(len(batch))
+        return batch[part.start : part.stop]
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+def shard_loader(loader: DataLoader, world: World) -> DataLoader:
+    """``loader`` for this process of a data-parallel job: the same data set, order and
+    global batch size, each process loading its part of every batch
+    (:class:`ShardedBatchSampler`; workers, collate function and pinning kept).
+    A loader that already shards (a ``DistributedSampler``) is returned as it is."""
+    if not world.distributed or isinstance(loader.sampler, DistributedSampler):
+        return loader
+    if loader.batch_size is None:
+        raise ConfigError(
+            "under torchrun, ella.fit needs a DataLoader with batch_size (not a batch_sampler) "
+            "or one with a DistributedSampler"
+        )
+    check_batches(len(loader.sampler), loader.batch_size, world, loader.drop_last)
+    return DataLoader(
+        loader.dataset,
+        batch_sampler=ShardedBatchSampler(
+            loader.sampler, loader.batch_size, loader.drop_last, world
+        ),
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        worker_init_fn=loader.worker_init_fn,
+    )
 
 
 class ShardLoader:

@@ -5,6 +5,9 @@ evidence OUT.json``: every process fits the Laplace evidence of a small float64 
 its shard of the data, summed over the processes, and rank 0 also fits it in one process
 on all the data; rank 0 writes both (values, gradients in the log precisions, Kronecker
 factors' norms) to ``OUT.json`` for the test to compare.
+
+``... distributed_workers.py fit OUT.json`` (under torchrun, or with plain ``python`` for
+one process): :func:`ella.fit` on a small network; rank 0 writes its result.
 """
 
 from __future__ import annotations
@@ -75,5 +78,31 @@ def evidence(out: str) -> None:
     distributed.stop()
 
 
+def fit(out: str) -> None:
+    """``ella.fit`` of a small network on a shuffled loader of 22 examples in batches of 8
+    (the last one 6), evidence after every epoch, a test loader; in one process or, under
+    torchrun, in several (each loading its part of every batch). Rank 0 writes the result
+    and the run directory ``OUT.json.run``."""
+    import ella
+
+    torch.manual_seed(0)
+    data, test = _data(22), _data(9)
+    model = user_model()
+    result = ella.fit(
+        model.double(),
+        DataLoader(data, batch_size=8, shuffle=True),
+        DataLoader(test, batch_size=4),
+        epochs=3,
+        n_epochs_burnin=1,
+        marglik_frequency=1,
+        n_hypersteps=3,
+        progress=False,
+        out=f"{out}.run",
+    )
+    if distributed.current().is_main:
+        Path(out).write_text(json.dumps(result.as_dict()))
+    distributed.stop()
+
+
 if __name__ == "__main__":
-    {"evidence": evidence}[sys.argv[1]](*sys.argv[2:])
+    {"evidence": evidence, "fit": fit}[sys.argv[1]](*sys.argv[2:])

@@ -207,3 +207,29 @@ def test_a_killed_process_ends_the_job_clearly_and_resume_finishes_it(tmp_path):
     assert results["epochs"] == 5
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_fit_under_torchrun_equals_one_process(tmp_path):
+    """ella.fit in a script started by torchrun (the user's DataLoader resharded: 2
+    processes load 4 + 4 of every batch of 8, 3 + 3 of the last batch of 6) ends with the
+    precisions, evidence and metrics of one process, to relative 1e-9 in float64; only
+    process 0 writes."""
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    alone = subprocess.run(
+        [sys.executable, "tests/distributed_workers.py", "fit", str(one)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    done = run_torchrun("tests/distributed_workers.py", "fit", str(two))
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert list(b["prior_precision"].values()) == pytest.approx(
+        list(a["prior_precision"].values()), rel=1e-6
+    )  # float32 log precisions
+    assert b["log_marglik"] == pytest.approx(a["log_marglik"], rel=1e-9)
+    for row_a, row_b in zip(a["metrics"], b["metrics"], strict=True):
+        for key in ("train_loss", "test_nll", "test_accuracy"):
+            assert row_b[key] == pytest.approx(row_a[key], rel=1e-9)
+    assert len((tmp_path / "two.json.run" / "metrics.jsonl").read_text().splitlines()) == 3

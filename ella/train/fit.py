@@ -23,9 +23,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from ella import distributed
 from ella.choices import Likelihood
 from ella.config import option
+from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
 from ella.errors import ConfigError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence
@@ -100,11 +103,16 @@ def data_loss(output: torch.Tensor, y: torch.Tensor, config: FitConfig) -> torch
 
 
 @torch.no_grad()
-def evaluate_loader(model: nn.Module, loader: Iterable, config: FitConfig) -> dict[str, float]:
-    """Mean loss (and accuracy for classification) over ``loader``."""
+def evaluate_loader(
+    model: nn.Module, loader: Iterable, config: FitConfig, world: World = ONE_PROCESS
+) -> dict[str, float]:
+    """Mean loss (and accuracy for classification) over ``loader`` (in a data-parallel job
+    each process evaluates its shard of the loader's data set, and the sums are shared)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    if world.distributed and isinstance(loader, DataLoader):
+        loader = _test_shard(loader, world)
     total, correct, n = 0.0, 0, 0
     for x, y in loader:
         x, y = x.to(device), y.to(device)
@@ -113,11 +121,21 @@ def evaluate_loader(model: nn.Module, loader: Iterable, config: FitConfig) -> di
         if config.likelihood == "classification":
             correct += int((out.argmax(1) == y).sum())
         n += len(y)
+    total, correct, n = world.sum_values(total, correct, n)
     model.train(was_training)
     metrics = {"nll" if config.likelihood == "classification" else "loss": total / n}
     if config.likelihood == "classification":
         metrics["accuracy"] = correct / n
     return metrics
+
+
+def _test_shard(loader: DataLoader, world: World) -> DataLoader:
+    """This process's contiguous part of a test loader's data set, in the loader's batches
+    (a loader with a ``DistributedSampler`` shards already)."""
+    if isinstance(loader.sampler, DistributedSampler):
+        return loader
+    part = Subset(loader.dataset, list(world.shard(len(loader.dataset))))
+    return DataLoader(part, batch_size=loader.batch_size or 1, collate_fn=loader.collate_fn)
 
 
 def _n_examples(loader: Iterable) -> int:
@@ -142,44 +160,69 @@ class _FitRun(EpochRun):
 
     divergence_hint = "Try a smaller lr."
 
-    def __init__(self, model, priors, train_loader, test_loader, config, out):
-        self.model, self.priors, self.config = model, priors, config
-        self.train_loader, self.test_loader = train_loader, test_loader
+    def __init__(self, model, priors, train_loader, test_loader, config, out, world):
+        self.model, self.priors, self.config, self.world = model, priors, config, world
+        self.train_loader = shard_loader(train_loader, world) if world.distributed else train_loader
+        self.test_loader = test_loader
+        self.train_model = data_parallel(model, world)
         self.out = Path(out) if out is not None else None
         self.optimizer = make_optimizer(model, config)
         self.state = _FitState()
-        self.steps_per_epoch = len(train_loader)
+        self.steps_per_epoch = len(self.train_loader)
+
+    def global_batch_sizes(self) -> list[int] | None:
+        """The global batch sizes of an epoch when the loader was resharded here (their
+        shards differ by one image), else None (one process, or a ``DistributedSampler``'s
+        equal shards)."""
+        sampler = getattr(self.train_loader, "batch_sampler", None)
+        if not isinstance(sampler, ShardedBatchSampler):
+            return None
+        n, size = len(sampler.sampler), sampler.batch_size
+        sizes = [size] * (n // size)
+        if n % size and not sampler.drop_last:
+            sizes.append(n % size)
+        return sizes
 
     def train_epoch(self) -> dict:
         model, config = self.model, self.config
         torch.manual_seed(epoch_seed(config.seed, self.state.epoch + 1, Stream.DATA_ORDER))
+        sampler = getattr(self.train_loader, "sampler", None)
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(self.state.epoch)
         model.train()
         device = next(model.parameters()).device
+        size = self.world.size
+        sizes = self.global_batch_sizes()
         loss_sum, seen = 0.0, 0
-        for x, y in self.train_loader:
+        for i, (x, y) in enumerate(self.train_loader):
             x, y = x.to(device), y.to(device)
             lr = self.set_lr(self.optimizer)
-            loss = data_loss(model(x), y, config) + self.priors.penalty()
+            data = data_loss(self.train_model(x), y, config)
+            n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
+            if sizes is not None:  # DDP averages: each process's share of the global mean
+                data = data * (len(y) * size / n_batch)
+            loss = data + self.priors.penalty()
             self.check_loss(loss, x)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
             self.state.step += 1
-            loss_sum += float(loss.detach()) * len(y)
+            loss_sum += float(loss.detach()) * n_batch / size
             seen += len(y)
+        loss_sum, seen = self.world.sum_values(loss_sum, seen)
         return {"train_loss": loss_sum / seen, "lr": lr}
 
     def after_epoch(self, row: dict) -> None:
         epoch = self.state.epoch
         if evidence_due(self.config, epoch):
             row["log_marglik"] = self.priors.evidence_step(
-                self.train_loader, self.config.n_hypersteps, progress=self.config.progress
+                self.train_loader, self.config.n_hypersteps, progress=self.progress
             )
             row["prior_precision"] = self.priors.prior_precision
             row["prior_gap"] = self.priors.gaps[-1]
             self.state.log_marglik_epochs.append(epoch)
         if self.test_loader is not None:
-            test = evaluate_loader(self.model, self.test_loader, self.config)
+            test = evaluate_loader(self.model, self.test_loader, self.config, self.world)
             row.update({f"test_{k}": v for k, v in test.items()})
 
     def checkpoint_entries(self) -> dict:
@@ -241,14 +284,15 @@ def fit(
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
-    run = _FitRun(model, priors, train_loader, test_loader, config, out)
+    world = distributed.start()
+    run = _FitRun(model, priors, train_loader, test_loader, config, out, world)
     run.run_epochs("epochs", resume=resume, overwrite=overwrite)
     state = run.state
     last_round = state.log_marglik_epochs[-1:] == [state.epoch]
     fitted_now = last_round and priors.evidence is not None
     if not fitted_now:  # the report is always of the final weights (seeded: MC GGN)
         torch.manual_seed(epoch_seed(config.seed, config.epochs + 1, Stream.DATA_ORDER))
-        priors.fit(train_loader)
+        priors.fit(run.train_loader)
     report = priors.report()
     result = FitResult(
         model=model,
@@ -264,6 +308,6 @@ def fit(
         ),
         metrics=list(state.metrics),
     )
-    if out is not None:
+    if out is not None and world.is_main:
         save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
     return result

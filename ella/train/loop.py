@@ -23,14 +23,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
 from ella.data import load_dataset
 from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
-from ella.distributed import ONE_PROCESS, ShardLoader, World, current, global_batches
+from ella.distributed import (
+    ONE_PROCESS,
+    ShardLoader,
+    World,
+    check_batches,
+    current,
+    data_parallel,
+    global_batches,
+)
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
@@ -120,8 +127,9 @@ class Trainer(EpochRun):
             config, self.data.in_channels, self.data.num_classes, self.data.image_size
         ).to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
-        self.train_model = self._data_parallel(self.model)
+        self.train_model = data_parallel(self.model, self.world)
         self.n_train = len(self.data.train)
+        check_batches(self.n_train, config.batch_size, self.world)
         self.priors = PriorLearner.from_config(self.net, self.n_train, config)
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == "learned":
@@ -147,23 +155,11 @@ class Trainer(EpochRun):
                 f"--invariance {config.invariance} is not data-parallel yet (its evidence "
                 "draws transformations per process); run it in one process, without torchrun"
             )
-        if config.batch_size < size:
-            raise ConfigError(
-                f"--batch-size {config.batch_size} is smaller than the {size} processes; "
-                f"each process needs images of every batch: use --batch-size >= {size}"
-            )
         if config.marglik_subset_size is not None and config.marglik_subset_size < size:
             raise ConfigError(
                 f"--marglik-subset-size {config.marglik_subset_size} is smaller than the "
                 f"{size} processes; use at least {size}"
             )
-
-    def _data_parallel(self, model: nn.Module) -> nn.Module:
-        """``model`` wrapped in ``DistributedDataParallel`` in a job of several processes."""
-        if not self.world.distributed:
-            return model
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
 
     # ------------------------------------------------------------------ invariance
     def _wrap_invariance(self, net: nn.Module) -> nn.Module:
