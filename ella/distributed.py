@@ -120,6 +120,37 @@ class World:
             return [float(v) for v in values]
         return self.sum_(torch.tensor(values, dtype=torch.float64)).tolist()
 
+    def average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:
+        """Replace every ``.grad`` by its mean over the processes (one all-reduce of the
+        gradients flattened together): what ``DistributedDataParallel`` does during the
+        backward pass, for a loop whose backward DDP does not support (a second-order
+        term such as FoRDE's input gradients)."""
+        if not self.distributed:
+            return
+        grads = [p.grad for p in parameters if p.grad is not None]
+        flat = self.sum_(torch.cat([g.reshape(-1) for g in grads])) / self.size
+        for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            g.copy_(part.view_as(g))
+
+    def gather(self, tensor: torch.Tensor, dim: int, sizes: list[int]) -> torch.Tensor:
+        """The processes' ``tensor`` concatenated along ``dim`` in rank order, where process
+        ``r``'s has ``sizes[r]`` entries there (padded for the all-gather, then trimmed);
+        detached (no gradient flows to other processes)."""
+        tensor = tensor.detach()
+        if not self.distributed:
+            return tensor
+        longest = max(sizes)
+        pad = list(tensor.shape)
+        pad[dim] = longest - tensor.shape[dim]
+        padded = torch.cat([tensor, tensor.new_zeros(pad)], dim=dim).contiguous()
+        parts = [torch.empty_like(padded) for _ in range(self.size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([p.narrow(dim, 0, n) for p, n in zip(parts, sizes, strict=True)], dim)
+
+    def shard_sizes(self, n: int) -> list[int]:
+        """The length of every process's :meth:`shard` of ``range(n)``, in rank order."""
+        return [len(World(rank, self.size).shard(n)) for rank in range(self.size)]
+
     def broadcast_text(self, text: str | None) -> str:
         """Rank 0's ``text`` on every process (UTF-8 bytes in tensors, never pickled)."""
         if not self.distributed:

@@ -233,3 +233,39 @@ def test_fit_under_torchrun_equals_one_process(tmp_path):
         for key in ("train_loss", "test_nll", "test_accuracy"):
             assert row_b[key] == pytest.approx(row_a[key], rel=1e-9)
     assert len((tmp_path / "two.json.run" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method, augment", [("forde", "sampled"), ("function_rde", "orbit")], ids=["forde", "frde"]
+)
+def test_torchrun_ensemble_matches_one_process(tmp_path, method, augment):
+    """A repulsive ensemble in 2 processes (each with its part of every augmented batch; the
+    repulsion's force from the features of the whole batch, gathered) trains as in one
+    process: train loss per epoch within relative 1e-5, accuracies within one image, test
+    NLL within 1e-5 (float32)."""
+    options = [
+        "--train-size", "44", "--test-size", "24", "--epochs", "2", "--members", "3",
+        "--batch-size", "16", "--no-progress", "--model", "cnn", "--method", method,
+        "--augment", augment, "--augment-group", "C4",
+    ]  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    alone = subprocess.run(
+        [sys.executable, "-m", "ella", "ensemble", "--out", str(one), *options],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    done = run_torchrun("-m", "ella", "ensemble", "--out", str(two), *options)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [
+        [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for run in (one, two)
+    ]
+    for a, b in zip(*rows, strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+        # an argmax may flip between nearly tied logits: at most one image of 176 per epoch
+        assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], abs=1.01 / 176)
+    test_a, test_b = (json.loads((run / "results.json").read_text())["test"] for run in (one, two))
+    assert test_b["nll"] == pytest.approx(test_a["nll"], rel=1e-5)
+    assert test_b["accuracy"] == pytest.approx(test_a["accuracy"], abs=1.01 / 24)

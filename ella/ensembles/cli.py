@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ella import distributed
 from ella.commandline import add_config_options, add_run_options, prepare_run, reports_errors
 from ella.ensembles.config import HELP, EnsembleConfig
 
@@ -47,8 +48,11 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
     """Train and evaluate an ensemble as configured by the options."""
     from ella.ensembles.trainer import EnsembleTrainer
 
-    out, config = prepare_run(args, EnsembleConfig, "ensemble")
+    world = distributed.start()  # several processes under torchrun, else this one
+    out, config = prepare_run(args, EnsembleConfig, "ensemble", world)
     results = EnsembleTrainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+    if not world.is_main:
+        return 0
     print(format_results(results))
     print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
     return 0

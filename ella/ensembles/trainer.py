@@ -37,6 +37,7 @@ from ella.choices import EnsembleMethod, GroupAugmentation
 from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
+from ella.distributed import check_batches, current, global_batches
 from ella.ensembles.config import EnsembleConfig
 from ella.ensembles.kernels import (
     LengthscaleMetric,
@@ -159,7 +160,8 @@ class EnsembleTrainer(EpochRun):
         config.validate()
         self.config = config
         self.out = Path(out_dir) if out_dir is not None else None
-        self.device = resolve_device(config.device)
+        self.world = current()
+        self.device = self.world.device(resolve_device(config.device))
         self.data = data or load_dataset(
             config.dataset, config.data_dir, config.train_size, config.test_size
         )
@@ -169,6 +171,7 @@ class EnsembleTrainer(EpochRun):
         self.optimizer = make_optimizer(self.ensemble, config)
         self.metric = self._lengthscale_metric()
         self.n_train = len(self.data.train)
+        check_batches(self.n_train, config.batch_size, self.world)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         self.repulsion_scale = (
             config.repulsion_scale
@@ -198,9 +201,26 @@ class EnsembleTrainer(EpochRun):
             x, y = augment_with_group(x, y, cfg.augment, cfg.augment_group, augment)
             yield x.to(self.device), y.to(self.device)
 
+    def shard_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+        """In a data-parallel job: this process's part of every augmented global batch of
+        :meth:`batches` (the same order and augmentation on every process), with the global
+        batch's size."""
+        cfg, world = self.config, self.world
+        order = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
+        augment = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
+        images, labels = self.data.train.tensors
+        for batch in global_batches(self.n_train, cfg.batch_size, order):
+            x, y = augment_with_group(
+                images[batch], labels[batch], cfg.augment, cfg.augment_group, augment
+            )
+            n_global = len(y)  # the augmented global batch
+            part = world.shard(n_global)
+            x, y = x[part.start : part.stop], y[part.start : part.stop]
+            yield x.to(self.device), y.to(self.device), n_global
+
     # ------------------------------------------------------------------ one step
     def objective_terms(
-        self, x: torch.Tensor, y: torch.Tensor
+        self, x: torch.Tensor, y: torch.Tensor, n_global: int | None = None
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The three terms whose gradients make the particle update, and the logits.
 
@@ -209,26 +229,54 @@ class EnsembleTrainer(EpochRun):
             cross-entropy), ``terms["prior"]`` (the L2 term), ``terms["repulsion"]``
             (``repulsion_scale * sum_i phi_i . force_i`` with the force detached, whose
             gradient is the pulled-back WGD repulsion; absent for ``de``); logits (M, B, K).
+
+        In a data-parallel job, ``x``, ``y`` are this process's shard of a global batch of
+        ``n_global`` images, and the terms are this process's share, so that the mean of
+        the processes' gradients is the global batch's: the likelihood's sum over the shard
+        times ``size / n_global``, and the repulsion with the force of the features of the
+        whole batch (gathered from every process) times ``size``.
         """
-        cfg, m = self.config, len(self.ensemble)
+        cfg, m, world = self.config, len(self.ensemble), self.world
+        sharded = world.distributed and n_global is not None
         logits, phi = member_features(cfg.method, self.ensemble, x, y, self.metric)
         ce = F.cross_entropy(logits.flatten(0, 1), y.repeat(m), reduction="none")
-        terms = {"likelihood": ce.view(m, -1).mean(1).sum()}
+        if sharded:
+            terms = {"likelihood": ce.view(m, -1).sum(1).sum() * (world.size / n_global)}
+        else:
+            terms = {"likelihood": ce.view(m, -1).mean(1).sum()}
         if cfg.weight_decay > 0:
             theta = self.ensemble.flat_parameters()
             terms["prior"] = 0.5 * cfg.weight_decay * theta.square().sum()
         if phi is not None:
-            terms["repulsion"] = self.repulsion_scale * (phi * repulsion_force(phi)).sum()
+            if sharded and cfg.method != "weight_rde":  # features per image: gather them
+                force = self._global_force(phi, n_global, per_image=cfg.method == "forde")
+                terms["repulsion"] = self.repulsion_scale * (phi * force).sum() * world.size
+            else:  # one process, or the weights (the same on every process)
+                terms["repulsion"] = self.repulsion_scale * (phi * repulsion_force(phi)).sum()
         return terms, logits
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _global_force(self, phi: torch.Tensor, n_global: int, per_image: bool) -> torch.Tensor:
+        """This process's part of the repulsion force of the whole batch's features: FoRDE's
+        ``phi`` (M, b, D) holds one row per image; function-RDE's (M, 1, b K) the images'
+        probabilities side by side."""
+        world = self.world
+        sizes = world.shard_sizes(n_global)
+        width = 1 if per_image else phi.shape[2] // sizes[world.rank]
+        dim = 1 if per_image else 2
+        sizes = [n * width for n in sizes]
+        force = repulsion_force(world.gather(phi, dim, sizes))
+        return force.narrow(dim, sum(sizes[: world.rank]), sizes[world.rank])
+
+    def loss(
+        self, x: torch.Tensor, y: torch.Tensor, n_global: int | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """The surrogate whose gradient is the particle update, and its parts.
 
         Returns:
             ``(surrogate, parts)``: ``surrogate.backward()`` leaves in every
             member's ``.grad`` the WGD direction of the module docstring.
         """
-        terms, logits = self.objective_terms(x, y)
+        terms, logits = self.objective_terms(x, y, n_global)
         m = len(self.ensemble)
         parts = {
             "loss": float(terms["likelihood"].detach()) / m,
@@ -251,29 +299,37 @@ class EnsembleTrainer(EpochRun):
     divergence_hint = "Try a smaller --lr or --repulsion-scale."
 
     def train_epoch(self) -> dict[str, float]:
-        cfg = self.config
         self.ensemble.train()
         sums: dict[str, float] = {}
         seen = 0
+        world, epoch = self.world, self.state.epoch
+        if world.distributed:
+            batches = self.shard_batches(epoch)
+        else:
+            batches = ((x, y, len(y)) for x, y in self.batches(epoch))
         bar = tqdm(
-            self.batches(self.state.epoch),
+            batches,
             total=self.steps_per_epoch,
-            desc=f"epoch {self.state.epoch + 1}",
+            desc=f"epoch {epoch + 1}",
             leave=False,
-            disable=not cfg.progress,
+            disable=not self.progress,
         )
-        for x, y in bar:
+        for x, y, n_global in bar:
             lr = self.set_lr(self.optimizer)
-            surrogate, parts = self.loss(x, y)
+            surrogate, parts = self.loss(x, y, n_global)
             self.check_loss(surrogate, x, "ensemble loss")
             self.optimizer.zero_grad(set_to_none=True)
             surrogate.backward()
+            world.average_gradients(self.ensemble.parameters())
             self.optimizer.step()
             self.state.step += 1
             seen += len(y)
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * len(y))
+            for k, v in parts.items():  # this process's share of the global batch's sums
+                sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * n_global / world.size)
             bar.set_postfix(loss=f"{parts['loss']:.3f}")
+        keys = sorted(sums)
+        *totals, seen = world.sum_values(*(sums[k] for k in keys), seen)
+        sums = dict(zip(keys, totals, strict=True))
         row = {f"train_{k}": v / seen for k, v in sums.items() if k != "correct"}
         row["train_accuracy"] = sums["correct"] / seen
         row["lr"] = lr
@@ -302,7 +358,9 @@ class EnsembleTrainer(EpochRun):
         cfg = self.config
         desc = f"{cfg.method} x{cfg.members}"
         seconds = self.run_epochs(desc, resume=resume, overwrite=overwrite)
-        return self.evaluate(seconds) if evaluate else {"train_time_s": seconds}
+        if evaluate and self.world.is_main:  # the members are the same on every process
+            return self.evaluate(seconds)
+        return {"train_time_s": seconds}
 
     def evaluate(self, train_seconds: float = float("nan")) -> dict:
         """Test metrics, corrupted-test metrics and (with ``osp_group``) orbit metrics."""
