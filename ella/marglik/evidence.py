@@ -32,6 +32,7 @@ from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
     dense_hessian,
+    fit_undecomposed,
     hessian_scale,
     kron_eigenvalues,
     kron_factors,
@@ -422,9 +423,11 @@ class LaplaceEvidence:
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
-                la.fit(_FiniteBatches(loader), progress_bar=progress)
-            if summed:
-                sum_factors(la, world.sum_)
+                if summed:  # decompose once, after the sum over the processes
+                    fit_undecomposed(la, _FiniteBatches(loader), progress)
+                    sum_factors(la, world.sum_)
+                else:
+                    la.fit(_FiniteBatches(loader), progress_bar=progress)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
             blocks = len(kron_factors(la))

@@ -13,7 +13,9 @@ public API does not give, through the attributes read or written here:
 * ``la.H``: the decomposed ``KronDecomposed`` (``.eigenvalues``, a list per
   tensor) of a ``KronLaplace``, or the dense/diagonal Hessian of a
   ``FullLaplace``/``DiagLaplace``;
-* ``la.loss``, ``la.n_data`` and ``la.damping``: written by subset evidence.
+* ``la.loss``, ``la.n_data`` and ``la.damping``: written by subset evidence;
+* ``ParametricLaplace.fit``: the accumulation of a data-parallel fit, whose factors
+  are decomposed only after they are summed over the processes.
 
 If a new laplace-torch release renames one of them, :func:`check_internals`
 (called by ``tests/marglik/test_laplace_internals.py``) fails with the name of
@@ -29,6 +31,7 @@ import torch
 __all__ = [
     "check_internals",
     "dense_hessian",
+    "fit_undecomposed",
     "hessian_scale",
     "kron_eigenvalues",
     "kron_factors",
@@ -80,6 +83,18 @@ def scale_to_n_data(la, n_data: int) -> None:
     la.H = la.H_facs.decompose(damping=la.damping)
 
 
+def fit_undecomposed(la, loader, progress: bool = False) -> None:
+    """``KronLaplace.fit`` without its final eigendecomposition: ``la.H_facs`` holds the
+    accumulated factors, to be summed over processes (:func:`sum_factors`, which
+    decomposes them once) instead of decomposed twice. Calls laplace-torch's
+    ``ParametricLaplace.fit`` (the accumulation over batches) directly."""
+    from laplace.baselaplace import ParametricLaplace
+
+    la.H_facs = None
+    ParametricLaplace.fit(la, loader, override=True, progress_bar=progress)
+    la.H_facs = la.H
+
+
 def sum_factors(la, sum_: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Replace a fitted ``KronLaplace``'s factors and log-likelihood term by their sums over
     the processes of a data-parallel fit, then decompose the factors again.
@@ -94,11 +109,17 @@ def sum_factors(la, sum_: Callable[[torch.Tensor], torch.Tensor]) -> None:
         sum_: sums a tensor over the processes in place and returns it
             (:meth:`ella.distributed.World.sum_`).
     """
+    factors = [f for block in la.H_facs.kfacs for f in block]
+    loss = la.loss if torch.is_tensor(la.loss) else torch.tensor(float(la.loss))
+    # one all-reduce of everything flattened together (thousands of small factors would
+    # each pay a collective's latency), in the factors' dtype
+    flat = torch.cat([f.reshape(-1) for f in factors] + [loss.detach().reshape(1).to(factors[0])])
+    flat = sum_(flat)
+    parts = iter(flat.split([f.numel() for f in factors] + [1]))
     for block in la.H_facs.kfacs:
         for i, factor in enumerate(block):
-            block[i] = sum_(factor.contiguous())
-    loss = la.loss if torch.is_tensor(la.loss) else torch.tensor(float(la.loss))
-    la.loss = sum_(loss.detach().to(torch.float64).clone()).to(loss.dtype)
+            block[i] = next(parts).view_as(factor).clone()
+    la.loss = next(parts)[0].to(loss.dtype)
     la.H = la.H_facs.decompose(damping=la.damping)
 
 
@@ -113,7 +134,10 @@ def check_internals(la) -> None:
     version = getattr(laplace, "__version__", "unknown")
     factors = getattr(la, "H_facs", None)
     decomposed = getattr(la, "H", None)
+    from laplace.baselaplace import ParametricLaplace
+
     present = {
+        "ParametricLaplace.fit": callable(getattr(ParametricLaplace, "fit", None)),
         "_H_factor": hasattr(la, "_H_factor"),
         "_dtype": isinstance(getattr(la, "_dtype", None), torch.dtype),
         "H_facs.kfacs": isinstance(getattr(factors, "kfacs", None), list),
