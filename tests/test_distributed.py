@@ -42,6 +42,19 @@ def run_torchrun(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subproce
     )
 
 
+def run_alone_and_torchrun(*args: str, one: list[str], two: list[str]):
+    """Run ``python ARGS ONE`` in one process and ``ARGS TWO`` under torchrun in two; both
+    must succeed. Returns torchrun's completed process."""
+    alone = subprocess.run(
+        [sys.executable, *args, *one], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    done = run_torchrun(*args, *two)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 # ---------------------------------------------------------------- one process
 @pytest.mark.parametrize("n", [0, 1, 5, 6, 7])
 @pytest.mark.parametrize("size", [1, 2, 3])
@@ -143,14 +156,9 @@ def test_torchrun_train_matches_one_process_with_the_same_global_batch(tmp_path)
     Process 0 alone writes the run directory: one config, one metrics row per epoch, no
     temporaries."""
     one, two = tmp_path / "one", tmp_path / "two"
-    alone = subprocess.run(
-        [sys.executable, "-m", "ella", "train", "--out", str(one), *TRAIN],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    done = run_torchrun("-m", "ella", "train", "--out", str(two), *TRAIN)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_alone_and_torchrun(
+        "-m", "ella", "train", *TRAIN, one=["--out", str(one)], two=["--out", str(two)]
+    )
     assert done.stdout.count("run directory:") == 1  # printed by process 0 only
     a = json.loads((one / "results.json").read_text())
     b = json.loads((two / "results.json").read_text())
@@ -216,14 +224,7 @@ def test_fit_under_torchrun_equals_one_process(tmp_path):
     precisions, evidence and metrics of one process, to relative 1e-9 in float64; only
     process 0 writes."""
     one, two = tmp_path / "one.json", tmp_path / "two.json"
-    alone = subprocess.run(
-        [sys.executable, "tests/distributed_workers.py", "fit", str(one)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    done = run_torchrun("tests/distributed_workers.py", "fit", str(two))
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_alone_and_torchrun("tests/distributed_workers.py", "fit", one=[str(one)], two=[str(two)])
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert list(b["prior_precision"].values()) == pytest.approx(
         list(a["prior_precision"].values()), rel=1e-6
@@ -250,14 +251,9 @@ def test_torchrun_ensemble_matches_one_process(tmp_path, method, augment):
         "--augment", augment, "--augment-group", "C4",
     ]  # fmt: skip
     one, two = tmp_path / "one", tmp_path / "two"
-    alone = subprocess.run(
-        [sys.executable, "-m", "ella", "ensemble", "--out", str(one), *options],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    done = run_torchrun("-m", "ella", "ensemble", "--out", str(two), *options)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_alone_and_torchrun(
+        "-m", "ella", "ensemble", *options, one=["--out", str(one)], two=["--out", str(two)]
+    )
     rows = [
         [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         for run in (one, two)
