@@ -47,7 +47,7 @@ SWEPT = ["forde_identity", "forde_pca"]
 
 def mean_norms(trainer: EnsembleTrainer, batches: int) -> dict[str, float]:
     sums: dict[str, float] = {}
-    for x, y in itertools.islice(trainer.batches(0), batches):
+    for x, y, _ in itertools.islice(trainer.batches(0), batches):
         for k, v in trainer.gradient_norms(x, y).items():
             sums[k] = sums.get(k, 0.0) + v / batches
     return sums

@@ -146,8 +146,8 @@ def prepare_run(
     """Check the options and the run directory before any work, and build the configuration.
 
     In a data-parallel job (``world``) process 0 checks (and creates) the run directory
-    and tells the others its name; they build the same configuration, without progress
-    bars.
+    and tells the others its name; they build the same configuration (only process 0
+    shows progress bars: :attr:`ella.train.engine.EpochRun.progress`).
 
     Returns:
         ``(out, config)``.
@@ -162,12 +162,9 @@ def prepare_run(
         world.broadcast_text(str(out))
         return out, config
     out = Path(world.broadcast_text(None))
-    config = (
-        _resumed_config(out, args, config_cls)
-        if args.resume
-        else config_from_args(args, config_cls)
-    )
-    return out, dataclasses.replace(config, progress=False)
+    if args.resume:
+        return out, _resumed_config(out, args, config_cls)
+    return out, config_from_args(args, config_cls)
 
 
 def _prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str):

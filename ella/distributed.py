@@ -32,7 +32,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,7 +40,7 @@ from typing import TypeVar
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 
 from ella.errors import ConfigError, DistributedError, EllaError
 
@@ -57,6 +57,7 @@ __all__ = [
     "launched",
     "peer_failures",
     "shard_loader",
+    "sharded_batches",
     "start",
     "stop",
 ]
@@ -100,6 +101,29 @@ class World:
         base, extra = divmod(n, self.size)
         start = self.rank * base + min(self.rank, extra)
         return range(start, start + base + (self.rank < extra))
+
+    def part(self, items: Sequence[T]) -> Sequence[T]:
+        """This process's contiguous part (:meth:`shard`) of a sequence or a tensor's rows;
+        all of it in one process."""
+        span = self.shard(len(items))
+        return items[span.start : span.stop]
+
+    def subset(self, dataset: Dataset) -> Dataset:
+        """This process's contiguous part (:meth:`shard`) of a map-style data set; the data
+        set itself in one process."""
+        if not self.distributed:
+            return dataset
+        return Subset(dataset, list(self.shard(len(dataset))))
+
+    def mean_share(self, mean: torch.Tensor, count: int, total: int) -> torch.Tensor:
+        """This process's share of a global batch's mean loss, for the average of the
+        processes' gradients (``DistributedDataParallel``): ``mean`` over this process's
+        ``count`` examples times ``count * size / total``, so that the average over the
+        processes is the mean over all ``total`` examples, however unequal the shards.
+        ``mean`` itself in one process."""
+        if not self.distributed:
+            return mean
+        return mean * (count * self.size / total)
 
     def device(self, device: torch.device) -> torch.device:
         """``device`` for this process: ``cuda`` becomes this process's GPU ``cuda:local_rank``."""
@@ -325,6 +349,30 @@ def global_batches(n: int, batch_size: int, generator: torch.Generator) -> list[
     return list(torch.randperm(n, generator=generator).split(batch_size))
 
 
+def sharded_batches(
+    tensors: tuple[torch.Tensor, torch.Tensor],
+    batch_size: int,
+    generator: torch.Generator,
+    world: World,
+    augment: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    """This process's part of every (augmented) global batch of an epoch over in-memory
+    ``(images, labels)``: the order of :func:`global_batches`, ``augment(x, y)`` applied to
+    the whole global batch (the same draws on every process), then :meth:`World.part`.
+
+    Yields:
+        ``(x, y, n_global)``: this process's images and labels, and the size of the
+        augmented global batch they are part of.
+    """
+    images, labels = tensors
+    for batch in global_batches(len(labels), batch_size, generator):
+        x, y = images[batch], labels[batch]
+        if augment is not None:
+            x, y = augment(x, y)
+        yield world.part(x), world.part(y), len(y)
+
+
 def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
     """``model`` wrapped in ``DistributedDataParallel`` in a job of several processes (on
     the GPU of its parameters, if any), else ``model`` itself. Train through the wrapper;
@@ -386,12 +434,18 @@ class ShardedBatchSampler(Sampler[list[int]]):
             yield self._part(batch)
 
     def _part(self, batch: list[int]) -> list[int]:
-        part = self.world.shard(len(batch))
-        return batch[part.start : part.stop]
+        return self.world.part(batch)
 
     def __len__(self) -> int:
+        return len(self.global_sizes())
+
+    def global_sizes(self) -> list[int]:
+        """The size of every global batch of an epoch (each process has its shard)."""
         n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        sizes = [self.batch_size] * (n // self.batch_size)
+        if n % self.batch_size and not self.drop_last:
+            sizes.append(n % self.batch_size)
+        return sizes
 
 
 def shard_loader(loader: DataLoader, world: World) -> DataLoader:

@@ -40,7 +40,7 @@ def _evidence(model, data, world, batch_size: int = 4) -> dict:
     ``world``), at fixed log precisions."""
     prior = PriorStructure(model)
     evidence = LaplaceEvidence(model, prior, ggn="exact")
-    part = Subset(data, list(world.shard(len(data))))
+    part = world.subset(data)
     loader = distributed.ShardLoader(DataLoader(part, batch_size=batch_size), len(data))
     evidence.fit(loader, world=world)
     log_prior = torch.linspace(-1.0, 1.0, prior.n_groups, dtype=torch.float64)
@@ -59,7 +59,7 @@ def evidence(out: str) -> None:
     # the learner: subset evidence of 9 examples (one global subset, sharded) and Adam steps
     learner = PriorLearner(model, n_data=len(data))
     subset = Subset(data, list(range(9)))
-    part = Subset(subset, list(world.shard(len(subset))))
+    part = world.subset(subset)
     learner.evidence_step(
         distributed.ShardLoader(DataLoader(part, batch_size=4), len(subset)), n_hypersteps=5
     )

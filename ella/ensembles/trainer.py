@@ -30,14 +30,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ella.choices import EnsembleMethod, GroupAugmentation
 from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
-from ella.distributed import check_batches, current, global_batches
+from ella.distributed import check_batches, current, sharded_batches
 from ella.ensembles.config import EnsembleConfig
 from ella.ensembles.kernels import (
     LengthscaleMetric,
@@ -188,34 +187,26 @@ class EnsembleTrainer(EpochRun):
         return LengthscaleMetric.from_data(self.data.train.tensors[0], alpha=alpha).to(self.device)
 
     # ------------------------------------------------------------------ data
-    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
         """The augmented minibatches of an epoch (the same for every member and every run
-        with the same ``seed``; reproducible after a resume)."""
+        with the same ``seed``; reproducible after a resume). In a data-parallel job every
+        process augments each global batch alike and keeps its part of it.
+
+        Yields:
+            ``(x, y, n_global)``: this process's images and labels, and the size of the
+            augmented global batch (``len(y)`` in one process).
+        """
         cfg = self.config
         order = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
         augment = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
-        loader = DataLoader(
-            self.data.train, batch_size=cfg.batch_size, shuffle=True, generator=order
-        )
-        for x, y in loader:
-            x, y = augment_with_group(x, y, cfg.augment, cfg.augment_group, augment)
-            yield x.to(self.device), y.to(self.device)
 
-    def shard_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-        """In a data-parallel job: this process's part of every augmented global batch of
-        :meth:`batches` (the same order and augmentation on every process), with the global
-        batch's size."""
-        cfg, world = self.config, self.world
-        order = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
-        augment = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
-        images, labels = self.data.train.tensors
-        for batch in global_batches(self.n_train, cfg.batch_size, order):
-            x, y = augment_with_group(
-                images[batch], labels[batch], cfg.augment, cfg.augment_group, augment
-            )
-            n_global = len(y)  # the augmented global batch
-            part = world.shard(n_global)
-            x, y = x[part.start : part.stop], y[part.start : part.stop]
+        def augment_batch(x, y):
+            return augment_with_group(x, y, cfg.augment, cfg.augment_group, augment)
+
+        tensors = self.data.train.tensors
+        for x, y, n_global in sharded_batches(
+            tensors, cfg.batch_size, order, self.world, augment_batch
+        ):
             yield x.to(self.device), y.to(self.device), n_global
 
     # ------------------------------------------------------------------ one step
@@ -232,18 +223,18 @@ class EnsembleTrainer(EpochRun):
 
         In a data-parallel job, ``x``, ``y`` are this process's shard of a global batch of
         ``n_global`` images, and the terms are this process's share, so that the mean of
-        the processes' gradients is the global batch's: the likelihood's sum over the shard
-        times ``size / n_global``, and the repulsion with the force of the features of the
-        whole batch (gathered from every process) times ``size``.
+        the processes' gradients is the global batch's: the likelihood's
+        :meth:`~ella.distributed.World.mean_share`, and the repulsion with the force of
+        the features of the whole batch (gathered from every process) times ``size``.
         """
         cfg, m, world = self.config, len(self.ensemble), self.world
         sharded = world.distributed and n_global is not None
         logits, phi = member_features(cfg.method, self.ensemble, x, y, self.metric)
         ce = F.cross_entropy(logits.flatten(0, 1), y.repeat(m), reduction="none")
-        if sharded:
-            terms = {"likelihood": ce.view(m, -1).sum(1).sum() * (world.size / n_global)}
-        else:
-            terms = {"likelihood": ce.view(m, -1).mean(1).sum()}
+        likelihood = ce.view(m, -1).mean(1).sum()
+        terms = {
+            "likelihood": world.mean_share(likelihood, len(y), n_global) if sharded else likelihood
+        }
         if cfg.weight_decay > 0:
             theta = self.ensemble.flat_parameters()
             terms["prior"] = 0.5 * cfg.weight_decay * theta.square().sum()
@@ -303,12 +294,8 @@ class EnsembleTrainer(EpochRun):
         sums: dict[str, float] = {}
         seen = 0
         world, epoch = self.world, self.state.epoch
-        if world.distributed:
-            batches = self.shard_batches(epoch)
-        else:
-            batches = ((x, y, len(y)) for x, y in self.batches(epoch))
         bar = tqdm(
-            batches,
+            self.batches(epoch),
             total=self.steps_per_epoch,
             desc=f"epoch {epoch + 1}",
             leave=False,

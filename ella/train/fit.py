@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler
 
 from ella import distributed
 from ella.choices import Likelihood
@@ -134,7 +134,7 @@ def _test_shard(loader: DataLoader, world: World) -> DataLoader:
     (a loader with a ``DistributedSampler`` shards already)."""
     if isinstance(loader.sampler, DistributedSampler):
         return loader
-    part = Subset(loader.dataset, list(world.shard(len(loader.dataset))))
+    part = world.subset(loader.dataset)
     return DataLoader(part, batch_size=loader.batch_size or 1, collate_fn=loader.collate_fn)
 
 
@@ -162,26 +162,13 @@ class _FitRun(EpochRun):
 
     def __init__(self, model, priors, train_loader, test_loader, config, out, world):
         self.model, self.priors, self.config, self.world = model, priors, config, world
-        self.train_loader = shard_loader(train_loader, world) if world.distributed else train_loader
+        self.train_loader = shard_loader(train_loader, world)
         self.test_loader = test_loader
         self.train_model = data_parallel(model, world)
         self.out = Path(out) if out is not None else None
         self.optimizer = make_optimizer(model, config)
         self.state = _FitState()
         self.steps_per_epoch = len(self.train_loader)
-
-    def global_batch_sizes(self) -> list[int] | None:
-        """The global batch sizes of an epoch when the loader was resharded here (their
-        shards differ by one image), else None (one process, or a ``DistributedSampler``'s
-        equal shards)."""
-        sampler = getattr(self.train_loader, "batch_sampler", None)
-        if not isinstance(sampler, ShardedBatchSampler):
-            return None
-        n, size = len(sampler.sampler), sampler.batch_size
-        sizes = [size] * (n // size)
-        if n % size and not sampler.drop_last:
-            sizes.append(n % size)
-        return sizes
 
     def train_epoch(self) -> dict:
         model, config = self.model, self.config
@@ -192,15 +179,16 @@ class _FitRun(EpochRun):
         model.train()
         device = next(model.parameters()).device
         size = self.world.size
-        sizes = self.global_batch_sizes()
+        # the global batch sizes when the loader was resharded here (the shards differ by
+        # at most one example); else every process has len(y) of each batch
+        resharded = getattr(self.train_loader, "batch_sampler", None)
+        sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
         loss_sum, seen = 0.0, 0
         for i, (x, y) in enumerate(self.train_loader):
             x, y = x.to(device), y.to(device)
             lr = self.set_lr(self.optimizer)
-            data = data_loss(self.train_model(x), y, config)
             n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
-            if sizes is not None:  # DDP averages: each process's share of the global mean
-                data = data * (len(y) * size / n_batch)
+            data = self.world.mean_share(data_loss(self.train_model(x), y, config), len(y), n_batch)
             loss = data + self.priors.penalty()
             self.check_loss(loss, x)
             self.optimizer.zero_grad(set_to_none=True)

@@ -36,7 +36,7 @@ from ella.distributed import (
     check_batches,
     current,
     data_parallel,
-    global_batches,
+    sharded_batches,
 )
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
@@ -68,8 +68,7 @@ def evaluate(
     process evaluates its shard and the sums are shared)."""
     model.eval()
     device = next(model.parameters()).device
-    if world.distributed:
-        data = Subset(data, list(world.shard(len(data))))
+    data = world.subset(data)
     correct, nll, n = 0, 0.0, 0
     for x, y in DataLoader(data, batch_size=batch_size):
         x, y = x.to(device), y.to(device)
@@ -233,21 +232,19 @@ class Trainer(EpochRun):
         augment_generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
         eps_generator = epoch_generator(cfg.seed, epoch, Stream.TRANSFORMATIONS)
         world = self.world
-        images, labels = self.data.train.tensors
+
+        def augment_images(x, y):  # per image; the test set never
+            return augment(x, cfg.augment, augment_generator), y
+
+        batches = sharded_batches(
+            self.data.train.tensors, cfg.batch_size, generator, world, augment_images
+        )
         loss_sum, correct, seen = 0.0, 0, 0
-        for batch in global_batches(self.n_train, cfg.batch_size, generator):
-            x = augment(images[batch], cfg.augment, augment_generator)  # the test set never
-            y = labels[batch]
-            n_batch = len(y)  # the global batch; this process takes its shard
-            part = world.shard(n_batch)
-            x, y = x[part.start : part.stop], y[part.start : part.stop]
+        for x, y, n_batch in batches:  # this process's part of a global batch of n_batch
             x, y = x.to(self.device), y.to(self.device)
             lr = self.set_lr(self.optimizer)
             logits = self.predict_train(x, eps_generator)
-            if world.distributed:  # DDP averages over processes: sum / n_batch in all
-                data_loss = F.cross_entropy(logits, y, reduction="sum") * (world.size / n_batch)
-            else:
-                data_loss = F.cross_entropy(logits, y)
+            data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
             loss = data_loss + self.priors.penalty()
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
@@ -281,8 +278,8 @@ class Trainer(EpochRun):
         data, batch_size = self.evidence_data(), self.config.marglik_batch_size
         if not self.world.distributed:
             return self.priors.fit(DataLoader(data, batch_size=batch_size), self.progress)
-        part = Subset(data, list(self.world.shard(len(data))))
-        loader = ShardLoader(DataLoader(part, batch_size=batch_size), total=len(data))
+        part = DataLoader(self.world.subset(data), batch_size=batch_size)
+        loader = ShardLoader(part, total=len(data))
         return self.priors.fit(loader, progress=self.progress)
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:

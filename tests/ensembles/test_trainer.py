@@ -87,7 +87,7 @@ def test_repulsion_off_reproduces_independently_trained_members():
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
         step = 0
         for epoch in range(cfg.epochs):
-            for x, y in ens.batches(epoch):
+            for x, y, _ in ens.batches(epoch):
                 for group in opt.param_groups:
                     group["lr"] = cosine_lr(step, total, cfg.lr, cfg.lr_min)
                 loss = nn.functional.cross_entropy(model(x), y)
@@ -117,7 +117,7 @@ def test_zero_repulsion_is_a_deep_ensemble_and_repulsion_changes_members():
 @pytest.mark.parametrize("method", ["weight_rde", "function_rde", "forde"])
 def test_trainer_gradient_is_autograd_of_the_kernel_density_objective(float64, method):
     t = trainer(method=method, repulsion_scale=0.7, weight_decay=0.01, members=3)
-    x, y = next(t.batches(0))
+    x, y, _ = next(t.batches(0))
     x, y = x.double(), y
     params = list(t.ensemble.parameters())
     surrogate, _ = t.loss(x, y)
@@ -221,7 +221,7 @@ def test_plain_baseline_members_from_the_configuration(model):
 
 def test_gradient_norms_split_the_update_into_its_terms():
     de = trainer(method="de")
-    x, y = next(de.batches(0))
+    x, y, _ = next(de.batches(0))
     assert set(de.gradient_norms(x, y)) == {"likelihood"}
     t = trainer(method="forde", weight_decay=1e-3, repulsion_scale=0.5)
     norms = t.gradient_norms(x, y)
