@@ -41,7 +41,8 @@ from laplace.utils.matrix import Kron
 from torch import nn
 
 from ella.marglik.support import UnsupportedModuleError, check_supported
-from ella.nn.paths import FCPath, GConvPath
+from ella.nn.paths import FCPath, GConvPath, fusable_paths
+from ella.nn.relaxed import RelaxedLayer
 
 __all__ = ["NativeGGN", "curvature_blocks"]
 
@@ -99,6 +100,37 @@ def circular_patch_gram(x: torch.Tensor, kernel_size: tuple[int, int]) -> torch.
     return gram.permute(0, 2, 3, 1, 4, 5).reshape(c * kh * kw, c * kh * kw)
 
 
+def input_factor(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``sum a a^T`` over the rows ``a`` that ``module``'s weight multiplies in
+    ``module(x)``, and the number ``L`` of rows per example.
+
+    The rows are a Linear's inputs (``L = 1``; extra leading axes count as examples),
+    or a conv's patches at its ``L`` output positions, with the module's own padding
+    mode (circular padding wraps; the stock backends unfold with zero padding
+    whatever the mode).
+    """
+    if isinstance(module, nn.Conv2d):
+        if _is_circular_same(module):
+            return circular_patch_gram(x, module.kernel_size), x.shape[-2] * x.shape[-1]
+        patches = _patches(module, x)  # (M, L, d_in)
+        rows = patches.reshape(-1, patches.shape[-1])
+        return rows.T @ rows, patches.shape[1]
+    rows = x.reshape(-1, x.shape[-1])
+    return rows.T @ rows, 1
+
+
+class _Capture:
+    """Sets ``owner._capture`` to a fresh dict that the owner's forward fills (the FC
+    path's stages, a layer's convolution); :meth:`remove` ends the capture."""
+
+    def __init__(self, owner: nn.Module):
+        self.owner = owner
+        owner._capture = {}
+
+    def remove(self) -> None:
+        self.owner._capture = None
+
+
 class _ModuleBlock:
     """An ``nn.Linear`` or ``nn.Conv2d``: one weight block ``[B, A]`` and a bias block ``[B]``."""
 
@@ -116,25 +148,9 @@ class _ModuleBlock:
     def outputs(self) -> list[torch.Tensor]:
         return [self.output]
 
-    def input_rows(self) -> torch.Tensor:
-        """The rows the weight multiplies, (M, L, d_in): a Linear's inputs (L = 1, or its
-        extra leading axes), a conv's patches at its ``L`` output positions, with the
-        module's own padding mode (circular padding wraps; the stock backends unfold
-        with zero padding whatever the mode)."""
-        m, x = self.module, self.inputs
-        if isinstance(m, nn.Linear):
-            return x.reshape(x.shape[0], -1, x.shape[-1])
-        return _patches(m, x)
-
     def input_factor(self) -> tuple[torch.Tensor, int]:
         """``sum a a^T`` over the batch and shared rows, and the number of positions ``L``."""
-        m, x = self.module, self.inputs
-        if isinstance(m, nn.Conv2d) and _is_circular_same(m):
-            return circular_patch_gram(x, m.kernel_size), x.shape[-2] * x.shape[-1]
-        rows = self.input_rows()
-        length = rows.shape[1] if isinstance(self.module, nn.Conv2d) else 1
-        rows = rows.reshape(-1, rows.shape[-1])
-        return rows.T @ rows, length
+        return input_factor(self.module, self.inputs)
 
     def output_factor(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """``sum b b^T`` over the batch and shared rows for one column of the GGN's root."""
@@ -161,45 +177,86 @@ class _ModuleBlock:
         return [weight] + ([[b]] if self.module.bias is not None else [])
 
 
-class _GConvFullBlock(_ModuleBlock):
-    """The convolution of a full :class:`~ella.nn.GConvPath`: its input rows for output copy
-    ``h`` are the lifted input's patches with the group copies permuted (``k -> k h``), so
-    ``A = sum_h P_h A_0 P_h^T`` with ``A_0`` from the un-gathered input: ``|G|`` times
-    fewer rows to multiply than the gathered input the conv sees (the same factor)."""
+def _permuted_sum(a0: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """``sum_h P_h A_0 P_h^T``: the input factor of a full GCONV filter, whose rows for
+    output copy ``h`` are the lifted input's with the copies permuted ``k -> k h``
+    (``gather[h, k]``); ``A_0`` (G d, G d) is the factor of the un-permuted rows."""
+    g = gather.shape[0]
+    d = a0.shape[0] // g
+    blocks = a0.reshape(g, d, g, d)
+    total = sum(blocks[gather[i]][:, :, gather[i]] for i in range(g))
+    return total.reshape(g * d, g * d)
 
-    def __init__(self, path: GConvPath):
-        super().__init__(path.conv)
-        self.path = path
-        self.lifted: torch.Tensor | None = None
+
+class _ConvPathsBlock:
+    """The CONV and full GCONV paths computed as one convolution over the lifted input
+    (:func:`~ella.nn.paths.convolve_paths`): a weight block ``[B, A]`` and a bias block
+    ``[B]`` per path, from that convolution's input and output.
+
+    * Input: one ``A_0 = sum a a^T / L`` over the lifted input's patches (``G C_in k^2``
+      rows). The CONV path's filter multiplies exactly these rows; a full GCONV
+      filter multiplies, for output copy ``h``, the rows with copies permuted, so
+      ``A = sum_h P_h A_0 P_h^T`` (KFAC-expand over the copies).
+    * Output: the convolution's output gradient ``g`` (B, G C_out, H, W) -- with
+      stride 1 the paths' outputs are summed before the layer's scaling, so every
+      path has this gradient; with stride 2 each path has its own channels. The
+      CONV path's ``B`` sums ``g g^T`` over positions (``G C_out`` rows); a GCONV
+      path's ``B`` sums over positions and group copies (``C_out`` rows).
+
+    Args:
+        owner: the module whose ``_capture`` :func:`convolve_paths` fills (a
+            :class:`~ella.nn.RelaxedLayer`, or a lone :class:`~ella.nn.GConvPath`).
+        paths: the fused paths, in forward order.
+        trainable: which of them get blocks (a frozen path has none).
+    """
+
+    def __init__(self, owner: nn.Module, paths: list[nn.Module], trainable: list[bool]):
+        self.owner = owner
+        self.paths = paths
+        self.trainable = trainable
 
     def hook(self) -> Any:
-        def record(module, inputs, output):
-            self.lifted = inputs[0]
+        return _Capture(self.owner)
 
-        handles = [super().hook(), self.path.register_forward_hook(record)]
+    def outputs(self) -> list[torch.Tensor]:
+        return [self.owner._capture["out"]]
 
-        class _Handles:
-            def remove(self) -> None:
-                for h in handles:
-                    h.remove()
+    def _summed(self) -> bool:
+        return len(self.paths) == 1 or self.paths[0].stride == 1
 
-        return _Handles()
+    def output_factor(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per path ``sum b b^T`` for one column of the GGN's root."""
+        (grad,) = grads  # (M, [P] G C_out, H, W)
+        parts = [grad] * len(self.paths) if self._summed() else grad.chunk(len(self.paths), 1)
+        factors = []
+        for path, g, keep in zip(self.paths, parts, self.trainable, strict=True):
+            if not keep:
+                continue
+            if isinstance(path, GConvPath):  # group copies are extra rows
+                m, _, h, w = g.shape
+                g = g.reshape(m * path.group.order, path.out_channels, h, w)
+            rows = g.transpose(0, 1).reshape(g.shape[1], -1)
+            factors.append(rows @ rows.T)
+        return factors
 
-    def input_factor(self) -> tuple[torch.Tensor, int]:
-        m, z = self.module, self.lifted  # z: (B, G, C, H, W)
-        b, g, c, h, w = z.shape
-        z = z.reshape(b, g * c, h, w)
-        if _is_circular_same(m):
-            a0, length = circular_patch_gram(z, m.kernel_size), h * w
-        else:
-            patches = _patches(m, z)  # (B, L, G C k k)
-            rows = patches.reshape(-1, patches.shape[-1])
-            a0, length = rows.T @ rows, patches.shape[1]
-        d = a0.shape[0]
-        a0 = a0.reshape(g, d // g, g, d // g)
-        gather = self.path.gather  # gather[h, k] = index of the copy k h
-        a = sum(a0[gather[i]][:, :, gather[i]] for i in range(g))
-        return a.reshape(d, d), length
+    def input_sums(self) -> list[torch.Tensor]:
+        z = self.owner._capture["z"]  # (M, G, C_in, H, W)
+        m, g, c, h, w = z.shape
+        a0, length = input_factor(self.paths[0].conv, z.reshape(m, g * c, h, w))
+        a0 = a0 / length
+        return [
+            _permuted_sum(a0, path.gather) if isinstance(path, GConvPath) else a0
+            for path, keep in zip(self.paths, self.trainable, strict=True)
+            if keep
+        ]
+
+    def assemble(
+        self, a_sums: list[torch.Tensor], b_sums: list[torch.Tensor], n_data: int
+    ) -> list[list[torch.Tensor]]:
+        kfacs = []
+        for a, b in zip(a_sums, b_sums, strict=True):
+            kfacs += [[b, a / n_data], [b]]
+        return kfacs
 
 
 class _FCPathBlock:
@@ -210,14 +267,7 @@ class _FCPathBlock:
         self.path = path
 
     def hook(self) -> Any:
-        self.path._capture = {}
-        path = self.path
-
-        class _Handle:
-            def remove(self) -> None:
-                path._capture = None
-
-        return _Handle()
+        return _Capture(self.path)
 
     def outputs(self) -> list[torch.Tensor]:
         return [self.path._capture["t"], self.path._capture["out"]]
@@ -246,7 +296,7 @@ class _FCPathBlock:
         return kfacs
 
 
-def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
+def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _ConvPathsBlock]:
     """The blocks of ``model`` in ``model.parameters()`` order (checked).
 
     Raises:
@@ -254,23 +304,37 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock]:
             partly frozen module, or parameters in an order the blocks do not follow.
     """
     check_supported(model)
-    blocks: list[_ModuleBlock | _FCPathBlock] = []
-    inside_fc: set[int] = set()  # modules handled by their path's block
+    blocks: list[_ModuleBlock | _FCPathBlock | _ConvPathsBlock] = []
+    handled: set[int] = set()  # modules handled by their path's or layer's block
+    fused: dict[int, _ConvPathsBlock] = {}  # id of a fused path -> its layer's block
     owners: list[int] = []  # id of each block's parameters, in block order
+
+    def trainable_in(module: nn.Module) -> list[int]:
+        return [id(p) for p in module.parameters() if p.requires_grad]
+
     for name, m in model.named_modules():
-        if id(m) in inside_fc:
+        if id(m) in handled:
+            continue
+        lone_gconv = isinstance(m, GConvPath) and m.mode == "full" and id(m) not in fused
+        if isinstance(m, RelaxedLayer) or lone_gconv:
+            paths = fusable_paths(m.paths.values() if isinstance(m, RelaxedLayer) else [m])
+            keep = [bool(trainable_in(p)) for p in paths]
+            if any(keep):
+                block = _ConvPathsBlock(m, paths, keep)
+                fused.update((id(p), block) for p in paths)
+        if id(m) in fused:  # the layer's first fused path: one block for all of them
+            block = fused[id(m)]
+            blocks.append(block)
+            for path in block.paths:
+                handled.update(id(c) for c in path.modules())
+                owners += trainable_in(path)
             continue
         trainable = [p for p in m.parameters(recurse=False) if p.requires_grad]
         if isinstance(m, FCPath) and m.mode == "factorized":
-            if any(p.requires_grad for p in m.parameters()):
-                inside_fc.update(id(c) for c in m.modules())
+            if trainable_in(m):
+                handled.update(id(c) for c in m.modules())
                 blocks.append(_FCPathBlock(m))
-                owners += [id(p) for p in m.parameters() if p.requires_grad]
-        elif isinstance(m, GConvPath) and m.mode == "full":
-            if any(p.requires_grad for p in m.parameters()):
-                inside_fc.update(id(c) for c in m.modules())
-                blocks.append(_GConvFullBlock(m))
-                owners += [id(p) for p in m.parameters() if p.requires_grad]
+                owners += trainable_in(m)
         elif trainable:
             if isinstance(m, nn.Conv2d) and (m.groups != 1 or isinstance(m.padding, str)):
                 raise UnsupportedModuleError(

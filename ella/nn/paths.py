@@ -23,11 +23,12 @@ the smaller output grid.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ella.groups import Group, layer_group
@@ -42,13 +43,15 @@ _module_calls = 0  # > 0 inside per_module_calls()
 
 @contextmanager
 def per_module_calls() -> Iterator[None]:
-    """Run factorised FC paths as one call per channel module (``module(x)``).
+    """Run every path as calls of its own modules (``module(x)``).
 
     By default :class:`FCPath` computes its forward with two batched ``einsum`` over
     the stacked weights of its per-channel ``nn.Linear`` modules, a constant number
-    of operations whatever the channel count. Curvature backends that hook module
-    calls (ASDL, Curvlinops, :mod:`ella.invariance.kfac`) need every module called;
-    inside this context the FC paths call them one by one, with the same outputs
+    of operations whatever the channel count, and a layer's CONV and full GCONV
+    paths share one convolution (:func:`convolve_paths`). Curvature backends that
+    hook module calls (ASDL, Curvlinops, :mod:`ella.invariance.kfac`) need every
+    module called; inside this context the FC paths call their per-channel modules
+    one by one and each CONV/GCONV path calls its ``Conv2d``, with the same outputs
     (up to float rounding) and the same parameters. Re-entrant.
     """
     global _module_calls
@@ -57,6 +60,11 @@ def per_module_calls() -> Iterator[None]:
         yield
     finally:
         _module_calls -= 1
+
+
+def module_calls_active() -> bool:
+    """Whether the caller is inside :func:`per_module_calls`."""
+    return _module_calls > 0
 
 
 class Path(nn.Module):
@@ -149,6 +157,10 @@ class ConvPath(Path):
             nn.Conv2d(g * in_channels, g * out_channels, k, padding=k // 2, padding_mode="circular")
         )
 
+    def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight (G C_out, G C_in, k, k) and bias (G C_out) over the lifted channels."""
+        return self.conv.weight, self.conv.bias
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
         b, g, c, h, w = z.shape
@@ -169,6 +181,12 @@ class GConvPath(Path):
     ``Conv2d(G*C_in, C_out)`` is applied with the copies folded into the batch.
     Acting with ``g`` maps ``z[k h]`` to ``z[k h g]``, so ``out`` is permuted
     exactly like its input.
+
+    Outside :func:`per_module_calls` the full mode runs as one ``Conv2d`` over the
+    lifted channels with the *expanded* filter ``W'[h, j] = W_k`` for ``j = k h``
+    (:meth:`lifted_filter`): the same function without gathering ``G`` copies of
+    the input, and the form in which a layer adds it to its CONV path
+    (:func:`convolve_paths`).
 
     Parameters: ``C_in C_out k^2 + C_out`` (shared) or ``G C_in C_out k^2 +
     C_out`` (full).
@@ -198,10 +216,27 @@ class GConvPath(Path):
         # gather[h, k] = index of k h: input copy k seen from output copy h.
         table = self.group.cayley_table
         self.register_buffer("gather", table.t().contiguous(), persistent=False)
+        # expand[h, j] = the filter block k that output copy h applies to input copy j = k h
+        self.register_buffer("expand", torch.argsort(self.gather, dim=1), persistent=False)
+        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
+        self._capture: dict[str, torch.Tensor] | None = None
+
+    def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The full mode's expanded filter: weight (G C_out, G C_in, k, k), with block
+        ``[h, j]`` the filter block ``k`` for which ``j = k h``, and bias (G C_out)."""
+        if self.mode != "full":
+            raise ValueError("only a full GConvPath has a lifted filter; this one is shared")
+        w = self.conv.weight  # (C_out, G C_in, k_h, k_w), blocks indexed by k
+        g, c_out = self.group.order, self.out_channels
+        blocks = w.reshape(c_out, g, -1, *w.shape[-2:]).index_select(1, self.expand.flatten())
+        blocks = blocks.reshape(c_out, g, g, -1, *w.shape[-2:]).transpose(0, 1)
+        return blocks.reshape(g * c_out, -1, *w.shape[-2:]), self.conv.bias.repeat(g)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
         b, g, c, h, w = z.shape
+        if fusable_paths([self]):  # full mode, outside per_module_calls
+            return convolve_paths(z, [self], self._capture)
         if self.mode == "full":
             # (B, G_out * G_in, C, H, W); index_select has a cheaper backward than z[:, idx]
             z = z.index_select(1, self.gather.flatten()).reshape(b * g, g * c, h, w)
@@ -304,3 +339,79 @@ class FCPath(Path):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode}"
+
+
+def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:
+    """The CONV and full GCONV paths among ``paths`` that :func:`convolve_paths` can run
+    as one convolution: all of them, unless their convolutions differ in kernel, padding,
+    dilation or bias or are no ``Conv2d`` (only if changed by hand), or inside
+    :func:`per_module_calls`."""
+    if module_calls_active():
+        return []
+    chosen = [
+        p
+        for p in paths
+        if isinstance(p, ConvPath) or (isinstance(p, GConvPath) and p.mode == "full")
+    ]
+    if not all(isinstance(p.conv, nn.Conv2d) for p in chosen):  # a path rebuilt by hand
+        return []
+    shapes = {
+        (p.conv.kernel_size, p.conv.padding, p.conv.padding_mode, p.conv.dilation, p.conv.stride)
+        for p in chosen
+    }
+    if len(shapes) > 1 or any(p.conv.bias is None or p.conv.groups != 1 for p in chosen):
+        return []
+    return chosen
+
+
+def convolve_paths(
+    z: torch.Tensor,
+    paths: list[ConvPath | GConvPath],
+    capture: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The sum of the outputs of CONV and full GCONV paths on the same input, from one
+    convolution over the lifted channels.
+
+    Every such path is a ``Conv2d`` from the ``G C_in`` lifted input channels to ``G
+    C_out`` channels (:meth:`ConvPath.lifted_filter`, :meth:`GConvPath.lifted_filter`).
+    With stride 1 their filters are added (a convolution is linear in its filter, so
+    ``conv(z, W_1) + conv(z, W_2) = conv(z, W_1 + W_2)``: half the work of two
+    convolutions); with stride 2 they are stacked along the output channels and each
+    path's part is downsampled on its own, as :meth:`Path.forward` does. The input is
+    padded once for all paths.
+
+    Args:
+        z: lifted input (B, G, C_in, H, W).
+        paths: from :func:`fusable_paths` (same conv settings, same stride).
+        capture: if a dict, receives ``z`` and the convolution's output ``out``
+            (B, G C_out, H, W) for stride 1 or one path, else (B, P G C_out, H, W),
+            for the native Kronecker factors.
+
+    Returns:
+        (B, G, C_out, H / stride, W / stride).
+    """
+    b, g, c, h, w = z.shape
+    conv = paths[0].conv
+    x = z.reshape(b, g * c, h, w)
+    padding = conv.padding
+    if conv.padding_mode != "zeros":
+        x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
+        padding = 0
+    filters = [p.lifted_filter() for p in paths]
+    summed = len(paths) == 1 or paths[0].stride == 1
+    if summed:
+        weight, bias = filters[0]
+        for w_p, b_p in filters[1:]:
+            weight, bias = weight + w_p, bias + b_p
+    else:
+        weight = torch.cat([w_p for w_p, _ in filters])
+        bias = torch.cat([b_p for _, b_p in filters])
+    out = F.conv2d(x, weight, bias, padding=padding, dilation=conv.dilation)
+    if capture is not None:
+        capture.update(z=z, out=out)
+    parts = [out] if summed else out.chunk(len(paths), dim=1)
+    total = None
+    for path, part in zip(paths if not summed else paths[:1], parts, strict=True):
+        y = path._downsample(part.reshape(b, g, path.out_channels, h, w))
+        total = y if total is None else total + y
+    return total

@@ -11,7 +11,15 @@ from torch import nn
 from ella.choices import Normalisation, PathName
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
-from ella.nn.paths import ConvPath, FCMode, FCPath, GConvMode, GConvPath
+from ella.nn.paths import (
+    ConvPath,
+    FCMode,
+    FCPath,
+    GConvMode,
+    GConvPath,
+    convolve_paths,
+    fusable_paths,
+)
 
 #: Path names, in the order a layer holds them.
 PATH_NAMES: tuple[str, ...] = PathName.values()
@@ -55,7 +63,10 @@ class RelaxedLayer(nn.Module):
     learning within a CPU budget. Each path's parameters are kept
     apart (``layer.paths["gconv"]`` ...), so a prior can be attached per
     layer and path: shrinking a path's prior variance to zero switches it off
-    and leaves the symmetry of the remaining paths.
+    and leaves the symmetry of the remaining paths. The CONV and full GCONV
+    paths are computed together as one convolution
+    (:func:`~ella.nn.paths.convolve_paths`; the same function, a fraction of
+    the time), except inside :func:`~ella.nn.per_module_calls`.
 
     Args:
         in_channels: channels per group copy of the input.
@@ -115,6 +126,8 @@ class RelaxedLayer(nn.Module):
         }
         self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
         self.out_size = next(iter(self.paths.values())).out_size
+        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
+        self._capture: dict[str, torch.Tensor] | None = None
         self.norm = Normalisation.parse(norm, "norm")
         positions = self.group.order * self.out_size[0] * self.out_size[1]
         if self.norm == "instance" and positions < 2:
@@ -143,7 +156,13 @@ class RelaxedLayer(nn.Module):
             size=self.in_size,
             where="RelaxedLayer",
         )
-        out = torch.stack([path(z) for path in self.paths.values()]).sum(dim=0)
+        fused = fusable_paths(self.paths.values())
+        parts = [path(z) for path in self.paths.values() if not any(path is p for p in fused)]
+        if fused:
+            parts.append(convolve_paths(z, fused, self._capture))
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
         out = out / math.sqrt(len(self.paths))
         if self.norm == "instance":
             out = instance_normalise(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -81,12 +82,25 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
 
 def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer:
     """SGD with momentum or Adam over ``parameters`` (an iterable or a module's), at
-    ``config.lr``."""
+    ``config.lr``.
+
+    The update runs as torch's fused kernel where this torch build has one for the
+    parameters' device (CPU from torch 2.4 on): ella's FC paths hold about a
+    thousand small tensors, and a step over them one by one took 40 ms of a 330 ms
+    training step of the default mixer against 7 ms fused (the same update up to
+    float rounding). Elsewhere it falls back to the ``foreach`` form.
+    """
     if isinstance(parameters, nn.Module):
         parameters = parameters.parameters()
+    parameters = list(parameters)
     if config.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum)
-    return torch.optim.Adam(parameters, lr=config.lr)
+        build = partial(torch.optim.SGD, lr=config.lr, momentum=config.momentum)
+    else:
+        build = partial(torch.optim.Adam, lr=config.lr)
+    try:
+        return build(parameters, fused=True)
+    except (RuntimeError, TypeError):  # no fused kernel for this device or torch version
+        return build(parameters, foreach=True)
 
 
 #: Help text of every option of :class:`OptimizerConfig`.

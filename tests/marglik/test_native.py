@@ -23,9 +23,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
 from ella.marglik.laplace_internals import kron_factors
-from ella.marglik.native import NativeGGN, _ModuleBlock
+from ella.marglik.native import NativeGGN, _patches
 from ella.models import mixer
-from ella.nn import GroupPool, Lift, RelaxedLayer
+from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer
 
 
 def zero_padded(model: nn.Module) -> nn.Module:
@@ -114,6 +114,21 @@ def assert_same_evidence(native, reference, rtol=1e-6):
     )
 
 
+class LoneGConv(nn.Module):
+    """A full GCONV path used on its own (no relaxed layer) in a user's network."""
+
+    def __init__(self, group: str, stride: int = 2):
+        super().__init__()
+        self.lift = Lift(group)
+        self.gconv = GConvPath(1, 3, 8, group, stride=stride)
+        self.pool = GroupPool(group)
+        self.head = nn.Linear(3, 4)
+
+    def forward(self, x):
+        z = torch.relu(self.gconv(self.lift(x)))
+        return self.head(self.pool(z).mean(dim=(-2, -1)))
+
+
 MODELS = {
     "C4 mixed": lambda: mixer(1, 10, 8, "C4", width=1),
     "D4 mixed shared": lambda: mixer(1, 10, 8, "D4", width=1, gconv_mode="shared"),
@@ -124,6 +139,7 @@ MODELS = {
     "C4 mixed instance norm": lambda: mixer(1, 10, 8, "C4", width=1, norm="instance"),
     "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
     "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
+    "D4 lone gconv path": lambda: LoneGConv("D4"),
 }
 
 
@@ -163,13 +179,10 @@ def test_circular_patches_reproduce_the_weight_gradient(float64):
     backends are not."""
     conv = nn.Conv2d(2, 3, 3, padding=1, padding_mode="circular")
     x = torch.randn(4, 2, 5, 5)
-    block = _ModuleBlock(conv)
-    handle = block.hook()
     out = conv(x)
-    handle.remove()
     g = torch.randn_like(out)
     (grad,) = torch.autograd.grad(out, conv.weight, g)
-    rows = block.input_rows()  # (M, L, D)
+    rows = _patches(conv, x)  # (M, L, D)
     g_rows = g.flatten(2).transpose(1, 2)  # (M, L, C_out)
     torch.testing.assert_close(torch.einsum("mlc,mld->cd", g_rows, rows), grad.flatten(1))
     zero_rows = F.unfold(x, 3, padding=1).transpose(1, 2)
@@ -201,6 +214,15 @@ def test_unsupported_modules_get_the_clear_error():
     grouped = nn.Sequential(nn.Conv2d(2, 2, 3, groups=2), nn.Flatten(), nn.Linear(72, 3))
     with pytest.raises(UnsupportedModuleError, match="groups=1"):
         NativeGGN(grouped, "classification")
+
+
+@pytest.mark.parametrize("frozen", ["conv", "gconv"])
+def test_a_frozen_path_of_the_fused_convolution_gets_no_block(float64, frozen):
+    """Freezing one of the two fused paths leaves the other's factors as ASDL's."""
+    model = NoHead("C4", ("fc", "conv", "gconv"))
+    for layer in (model.layer1, model.layer2):
+        layer.paths[frozen].requires_grad_(False)
+    assert_same_evidence(fitted(model, "native"), fitted(explicit_padding(model), "asdl"))
 
 
 def test_native_needs_a_kron_structure():
@@ -251,7 +273,7 @@ def test_chunking_a_batch_changes_nothing(float64):
 def test_circular_patch_gram_equals_the_unfolded_gram(float64, shape, kernel):
     """The lag form of the circular patches' gram is the gram of the unfolded patches,
     also on maps smaller than the kernel's reach (lags that wrap around)."""
-    from ella.marglik.native import _patches, circular_patch_gram
+    from ella.marglik.native import circular_patch_gram
 
     x = torch.randn(*shape)
     conv = nn.Conv2d(shape[1], 2, kernel, padding=(kernel[0] // 2, kernel[1] // 2),

@@ -151,6 +151,27 @@ def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_gconv_expanded_filter_equals_the_gathered_copies(float64, group, stride):
+    """A full GCONV path's one convolution with the expanded filter is its definition
+    ``out[h] = sum_k W_k * z[k h]`` (the gather and the ``Conv2d`` call)."""
+    from ella.nn import per_module_calls
+
+    path = GConvPath(3, 2, 8, group, stride=stride)
+    z = lifted(group, c=3).requires_grad_()
+    fast = path(z)
+    grads_fast = torch.autograd.grad(fast.square().sum(), [z, *path.parameters()])
+    with per_module_calls():
+        reference = path(z)
+    grads_ref = torch.autograd.grad(reference.square().sum(), [z, *path.parameters()])
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_fast, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="shared"):
+        GConvPath(3, 2, 8, group, mode="shared").lifted_filter()
+
+
 def aten_ops(fn) -> int:
     """Number of aten operator calls ``fn()`` makes."""
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -82,3 +82,66 @@ def test_instance_norm_refuses_a_single_value_per_channel():
     with pytest.raises(ValueError, match="choose from none, instance"):
         RelaxedLayer(2, 3, 8, norm="batch")
     RelaxedLayer(2, 3, 1, group="C4", norm="instance")  # four group copies are enough
+
+
+# ---------------------------------------------------------------- one convolution
+@pytest.mark.parametrize("group", ["trivial", "C4", "D4"])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize(
+    "paths, gconv_mode",
+    [
+        (("fc", "conv", "gconv"), "full"),
+        (("conv", "gconv"), "full"),
+        (("gconv",), "full"),
+        (("conv",), "full"),
+        (("fc", "conv", "gconv"), "shared"),
+    ],
+)
+def test_one_convolution_equals_each_path_called_on_its_own(
+    float64, group, stride, paths, gconv_mode
+):
+    """The layer's fused CONV+GCONV convolution is the sum of the paths' own module calls,
+    in value and in every gradient (input and parameters)."""
+    from ella.nn import per_module_calls
+
+    layer = RelaxedLayer(2, 3, 8, group, paths=paths, stride=stride, gconv_mode=gconv_mode)
+    z = torch.randn(3, layer.group.order, 2, 8, 8, requires_grad=True)
+    results = []
+    for mode in (torch.enable_grad, per_module_calls):
+        with mode():
+            out = layer(z)
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        results.append((out, torch.autograd.grad((out * weight).sum(), [z, *layer.parameters()])))
+    (fast, grads_fast), (reference, grads_ref) = results
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_fast, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def convolutions(fn) -> int:
+    """Number of ``aten.convolution`` calls ``fn()`` makes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += func is torch.ops.aten.convolution.default
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.calls
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_and_gconv_paths_run_as_one_convolution(stride):
+    from ella.nn import per_module_calls
+
+    layer = RelaxedLayer(2, 3, 8, "C4", stride=stride)
+    z = torch.randn(2, 4, 2, 8, 8)
+    assert convolutions(lambda: layer(z)) == 1
+    with per_module_calls():
+        assert convolutions(lambda: layer(z)) == 2
+    shared = RelaxedLayer(2, 3, 8, "C4", gconv_mode="shared")  # G times the work if expanded
+    assert convolutions(lambda: shared(z)) == 2
