@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks._common import environment, write_results
+from ella.choices import GGN, Backend
 from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer
 
@@ -100,7 +101,8 @@ def step_timing(trainer: Trainer) -> dict:
 
 
 def fit_seconds(trainer: Trainer, backend: str, ggn: str) -> float:
-    trainer.config.backend, trainer.config.ggn = backend, ggn
+    # the learner holds its backend and GGN from construction (PriorLearner.from_config)
+    trainer.priors.backend, trainer.priors.ggn = Backend.parse(backend), GGN.parse(ggn)
     start = time.perf_counter()
     trainer.fit_evidence()
     return time.perf_counter() - start
