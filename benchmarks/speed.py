@@ -4,9 +4,11 @@ All in one process on the default model and data (``TrainConfig()``: the
 8-layer FC+CONV+GCONV mixer, width 2, C4, 1000 images of the embedded MNIST
 subset at 28x28), measured side by side because these machines are noisy:
 
-* the training step (forward + backward + Adam on a batch of 128), with the FC
-  paths' batched forward and with the per-channel module loop of before
-  (``ella.nn.per_module_calls``), and one epoch;
+* the training step (forward + backward + Adam on a batch of 128), with the
+  batched forward (FC paths as ``einsum``, a layer's CONV and GCONV paths as one
+  convolution) and with every module called on its own as before
+  (``ella.nn.per_module_calls``: per-channel FC loop, separate convolutions),
+  and one epoch;
 * one evidence fit over the 1000 training images with the native backend
   (exact and MC GGN) and with ASDL (exact and MC), each as a multiple of one
   epoch;
@@ -180,7 +182,7 @@ def main() -> None:
     env, cfg = payload["environment"], base
     rows = [
         (f"training step, batch {cfg.batch_size} [ms]", f"{steps['step_ms']:.0f}"),
-        ("same step with the per-channel FC loop of before [ms]",
+        ("same step, every module called on its own (per_module_calls) [ms]",
          f"{steps['step_ms_per_module_loop']:.0f}"),
         ("FLOPs per step [GFLOP]", f"{steps['flop_per_step'] / 1e9:.1f}"),
         ("step throughput [GFLOP/s] (fraction of fp32 matmul)",
