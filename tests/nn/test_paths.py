@@ -135,20 +135,27 @@ def test_bad_input_shapes():
 
 
 # ---------------------------------------------------------------- FC path without loops
-@pytest.mark.parametrize("stride", [1, 2])
-def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
+def assert_same_as_module_calls(path, z):
+    """The batched forward equals the one inside ``per_module_calls`` (every module called
+    on its own), in value and in the gradients of the input and every parameter."""
     from ella.nn import per_module_calls
 
-    path = FCPath(3, 2, 8, "C4", stride=stride)
-    z = lifted("C4", c=3).requires_grad_()
-    fast = path(z)
-    grads_fast = torch.autograd.grad(fast.square().sum(), [z, *path.parameters()])
-    with per_module_calls():
-        reference = path(z)
-    grads_ref = torch.autograd.grad(reference.square().sum(), [z, *path.parameters()])
+    z = z.requires_grad_()
+    results = []
+    for mode in (torch.enable_grad, per_module_calls):
+        with mode():
+            out = path(z)
+        results.append((out, torch.autograd.grad(out.square().sum(), [z, *path.parameters()])))
+    (fast, grads_fast), (reference, grads_ref) = results
     torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_fast, grads_ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
+
+    assert_same_as_module_calls(FCPath(3, 2, 8, "C4", stride=stride), lifted("C4", c=3))
 
 
 @pytest.mark.parametrize("group", ["C4", "D4"])
@@ -156,18 +163,8 @@ def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
 def test_gconv_expanded_filter_equals_the_gathered_copies(float64, group, stride):
     """A full GCONV path's one convolution with the expanded filter is its definition
     ``out[h] = sum_k W_k * z[k h]`` (the gather and the ``Conv2d`` call)."""
-    from ella.nn import per_module_calls
 
-    path = GConvPath(3, 2, 8, group, stride=stride)
-    z = lifted(group, c=3).requires_grad_()
-    fast = path(z)
-    grads_fast = torch.autograd.grad(fast.square().sum(), [z, *path.parameters()])
-    with per_module_calls():
-        reference = path(z)
-    grads_ref = torch.autograd.grad(reference.square().sum(), [z, *path.parameters()])
-    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
-    for a, b in zip(grads_fast, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert_same_as_module_calls(GConvPath(3, 2, 8, group, stride=stride), lifted(group, c=3))
     with pytest.raises(ValueError, match="shared"):
         GConvPath(3, 2, 8, group, mode="shared").lifted_filter()
 
