@@ -41,7 +41,7 @@ from laplace.utils.matrix import Kron
 from torch import nn
 
 from ella.marglik.support import UnsupportedModuleError, check_supported
-from ella.nn.paths import FCPath, GConvPath, fusable_paths
+from ella.nn.paths import FCPath, GConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
 
 __all__ = ["NativeGGN", "curvature_blocks"]
@@ -221,13 +221,12 @@ class _ConvPathsBlock:
     def outputs(self) -> list[torch.Tensor]:
         return [self.owner._capture["out"]]
 
-    def _summed(self) -> bool:
-        return len(self.paths) == 1 or self.paths[0].stride == 1
-
     def output_factor(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per path ``sum b b^T`` for one column of the GGN's root."""
         (grad,) = grads  # (M, [P] G C_out, H, W)
-        parts = [grad] * len(self.paths) if self._summed() else grad.chunk(len(self.paths), 1)
+        parts = (
+            [grad] * len(self.paths) if adds_filters(self.paths) else grad.chunk(len(self.paths), 1)
+        )
         factors = []
         for path, g, keep in zip(self.paths, parts, self.trainable, strict=True):
             if not keep:

@@ -326,7 +326,7 @@ class FCPath(Path):
         x = z.reshape(b, g * c, h * w)
         if self.mode == "dense":
             out = self.linear(x.reshape(b, -1))
-        elif _module_calls:  # one module call per channel, as hooking backends need
+        elif module_calls_active():  # one module call per channel, as hooking backends need
             t = torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], dim=2)
             out = torch.stack([m(t[:, o]) for o, m in enumerate(self.channel_maps)], dim=1)
         else:
@@ -364,6 +364,12 @@ def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:
     return chosen
 
 
+def adds_filters(paths: list[ConvPath | GConvPath]) -> bool:
+    """Whether :func:`convolve_paths` adds the paths' filters (stride 1, or one path) and
+    returns their summed output, rather than stacking them (stride 2)."""
+    return len(paths) == 1 or paths[0].stride == 1
+
+
 def convolve_paths(
     z: torch.Tensor,
     paths: list[ConvPath | GConvPath],
@@ -398,8 +404,7 @@ def convolve_paths(
         x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
         padding = 0
     filters = [p.lifted_filter() for p in paths]
-    summed = len(paths) == 1 or paths[0].stride == 1
-    if summed:
+    if adds_filters(paths):
         weight, bias = filters[0]
         for w_p, b_p in filters[1:]:
             weight, bias = weight + w_p, bias + b_p
@@ -409,9 +414,13 @@ def convolve_paths(
     out = F.conv2d(x, weight, bias, padding=padding, dilation=conv.dilation)
     if capture is not None:
         capture.update(z=z, out=out)
-    parts = [out] if summed else out.chunk(len(paths), dim=1)
-    total = None
-    for path, part in zip(paths if not summed else paths[:1], parts, strict=True):
-        y = path._downsample(part.reshape(b, g, path.out_channels, h, w))
-        total = y if total is None else total + y
+    if adds_filters(paths):
+        return paths[0]._downsample(out.reshape(b, g, paths[0].out_channels, h, w))
+    parts = [
+        path._downsample(part.reshape(b, g, path.out_channels, h, w))
+        for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
+    ]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
     return total

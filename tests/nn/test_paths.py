@@ -4,6 +4,7 @@ import torch
 from ella.groups import CircularTranslations, get_group
 from ella.nn import ConvPath, FCPath, GConvPath
 from ella.testing import assert_equivariant, equivariance_errors
+from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
 
 def lifted(group, c=2, size=8, b=3):
@@ -135,26 +136,8 @@ def test_bad_input_shapes():
 
 
 # ---------------------------------------------------------------- FC path without loops
-def assert_same_as_module_calls(path, z):
-    """The batched forward equals the one inside ``per_module_calls`` (every module called
-    on its own), in value and in the gradients of the input and every parameter."""
-    from ella.nn import per_module_calls
-
-    z = z.requires_grad_()
-    results = []
-    for mode in (torch.enable_grad, per_module_calls):
-        with mode():
-            out = path(z)
-        results.append((out, torch.autograd.grad(out.square().sum(), [z, *path.parameters()])))
-    (fast, grads_fast), (reference, grads_ref) = results
-    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
-    for a, b in zip(grads_fast, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-
-
 @pytest.mark.parametrize("stride", [1, 2])
 def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
-
     assert_same_as_module_calls(FCPath(3, 2, 8, "C4", stride=stride), lifted("C4", c=3))
 
 
@@ -163,26 +146,9 @@ def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
 def test_gconv_expanded_filter_equals_the_gathered_copies(float64, group, stride):
     """A full GCONV path's one convolution with the expanded filter is its definition
     ``out[h] = sum_k W_k * z[k h]`` (the gather and the ``Conv2d`` call)."""
-
     assert_same_as_module_calls(GConvPath(3, 2, 8, group, stride=stride), lifted(group, c=3))
     with pytest.raises(ValueError, match="shared"):
         GConvPath(3, 2, 8, group, mode="shared").lifted_filter()
-
-
-def aten_ops(fn) -> int:
-    """Number of aten operator calls ``fn()`` makes."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        calls = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.calls += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        fn()
-    return Count.calls
 
 
 def test_fc_forward_makes_the_same_number_of_operations_for_any_channel_count():

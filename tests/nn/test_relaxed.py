@@ -3,6 +3,7 @@ import torch
 
 from ella.nn import RelaxedLayer
 from ella.testing import assert_equivariant
+from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
 
 def test_paths_are_exposed_by_name():
@@ -102,36 +103,12 @@ def test_one_convolution_equals_each_path_called_on_its_own(
 ):
     """The layer's fused CONV+GCONV convolution is the sum of the paths' own module calls,
     in value and in every gradient (input and parameters)."""
-    from ella.nn import per_module_calls
-
     layer = RelaxedLayer(2, 3, 8, group, paths=paths, stride=stride, gconv_mode=gconv_mode)
-    z = torch.randn(3, layer.group.order, 2, 8, 8, requires_grad=True)
-    results = []
-    for mode in (torch.enable_grad, per_module_calls):
-        with mode():
-            out = layer(z)
-        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
-        results.append((out, torch.autograd.grad((out * weight).sum(), [z, *layer.parameters()])))
-    (fast, grads_fast), (reference, grads_ref) = results
-    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
-    for a, b in zip(grads_fast, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert_same_as_module_calls(layer, torch.randn(3, layer.group.order, 2, 8, 8))
 
 
 def convolutions(fn) -> int:
-    """Number of ``aten.convolution`` calls ``fn()`` makes."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        calls = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.calls += func is torch.ops.aten.convolution.default
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        fn()
-    return Count.calls
+    return aten_ops(fn, torch.ops.aten.convolution.default)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
