@@ -19,6 +19,7 @@ __all__ = [
     "GGN",
     "Generator",
     "GroupAugmentation",
+    "HeadInit",
     "HessianStructure",
     "InvarianceMethod",
     "LayerGroup",
@@ -91,6 +92,20 @@ class Normalisation(Choice):
 
     NONE = "none"
     INSTANCE = "instance"
+
+
+class HeadInit(Choice):
+    """How a mixer's head starts.
+
+    ``data``: after the usual random initialisation, the head's first linear layer
+    is rescaled so that the pooled features of a batch of training images enter
+    it standardised (mean 0, variance 1 per feature; a data-dependent
+    initialisation, Kraehenbuehl et al., ICLR 2016). ``default``: torch's
+    initialisation only.
+    """
+
+    DATA = "data"
+    DEFAULT = "default"
 
 
 class FCMode(Choice):

@@ -160,6 +160,40 @@ class Mixer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
+    @torch.no_grad()
+    def standardise_head(self, x: torch.Tensor) -> None:
+        """Rescale the head's first layer so that the features of ``x`` enter it centred and scaled.
+
+        With ``mu`` the mean of :meth:`features` over the images ``x`` (B, C, H, W)
+        and ``s`` their standard deviation between images, pooled over the
+        features (one number, so that a feature that hardly varies is not blown
+        up), the first linear layer ``W f + b`` becomes ``W (f - mu) / s + b``:
+        weight ``W / s``, bias ``b - (W / s) mu``. A data-dependent
+        initialisation (Kraehenbuehl et al., ICLR 2016). Why: the group pool and
+        the global average leave features that differ little between images at
+        initialisation (their spread between images is 5-20% of their mean), so
+        the logits hardly depend on the image and the first steps do not learn
+        (measured in ``benchmarks/results/trainability.md``). The network stays
+        a per-image function with the same symmetry: the head sees invariant
+        features either way.
+
+        Args:
+            x: at least two training images; 256-512 are plenty.
+        """
+        if x.shape[0] < 2:
+            raise ValueError(f"standardise_head needs at least 2 images, got {x.shape[0]}")
+        was_training = self.training
+        self.eval()
+        features = self.features(x)
+        self.train(was_training)
+        mean = features.mean(dim=0)
+        scale = features.var(dim=0).mean().sqrt()
+        if not torch.isfinite(scale) or scale <= 0:
+            raise ValueError("the features of x do not vary between images; pass other images")
+        first = self.head[0]
+        first.weight.div_(scale)
+        first.bias.sub_(first.weight @ mean)
+
     def invariance_error(self, x: torch.Tensor | None = None) -> float:
         """Largest change of the logits under the group, on ``x`` or random images."""
         from ella.testing import equivariance_errors

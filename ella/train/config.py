@@ -9,6 +9,7 @@ from ella.choices import (
     FCMode,
     GConvMode,
     Generator,
+    HeadInit,
     InvarianceMethod,
     LayerGroup,
     ModelName,
@@ -68,6 +69,7 @@ class TrainConfig(ScheduleConfig):
     data_dir: str | None = option(None, defines_run=False, path=True)
     train_size: int | None = option(1000, minimum=1)
     test_size: int | None = option(None, minimum=1)
+    validation_size: int = option(0, minimum=0)
     augment: Augmentation = Augmentation.NONE
     # model
     paths: tuple[PathName, ...] = tuple(PathName)
@@ -77,6 +79,7 @@ class TrainConfig(ScheduleConfig):
     fc_mode: FCMode = FCMode.FACTORIZED
     norm: Normalisation = Normalisation.NONE
     model: ModelName = ModelName.MIXER
+    head_init: HeadInit = HeadInit.DATA
     # learned input invariance
     invariance: InvarianceMethod = InvarianceMethod.NONE
     generators: tuple[Generator, ...] = tuple(Generator)
@@ -107,6 +110,11 @@ class TrainConfig(ScheduleConfig):
             raise ConfigError("paths must name at least one of fc, conv, gconv")
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
+        if self.train_size is not None and self.validation_size >= self.train_size:
+            raise ConfigError(
+                f"--validation-size {self.validation_size} leaves no training image of "
+                f"--train-size {self.train_size}; use a validation size below the train size"
+            )
         if not self.generators:
             raise ConfigError("generators must name at least one generator")
         if self.invariance != "none" and self.augment != "none":
@@ -132,6 +140,9 @@ HELP: dict[str, str] = {
     "as an absolute path; may change on --resume)",
     "train_size": "number of training images to use (the first N)",
     "test_size": "number of test images to use (default: all)",
+    "validation_size": "hold out the last V of the training images (of the first "
+    "train_size) as a validation set: the network trains on the others, and every epoch "
+    "reports validation accuracy and NLL (for choosing settings without the test set); 0: none",
     "augment": "training-time augmentation per image (the test set is never augmented)",
     "paths": "paths of every layer (one or more)",
     "group": "group the input is lifted to (exact pixel symmetries only; interpolated C<N> "
@@ -141,6 +152,9 @@ HELP: dict[str, str] = {
     "norm": "mixer: instance normalises every layer before its ReLU (per image and channel "
     "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
+    "head_init": "mixer: data standardises the pooled features entering the head on the "
+    "first 512 training images at initialisation (trains faster; "
+    "benchmarks/results/trainability.md), default keeps torch's initialisation only",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
     "(fixed full ranges), learned (extents by marginal likelihood) or augerino",

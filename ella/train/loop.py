@@ -15,6 +15,7 @@ With ``learn_priors=False`` the same loop trains a MAP baseline.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
+from ella.choices import HeadInit
 from ella.data import load_dataset
+from ella.data.datasets import ImageData
 from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
 from ella.distributed import (
@@ -45,12 +48,34 @@ from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
+from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import TrainConfig
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
 from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
+
+#: Training images (the first) on which a mixer's head is standardised at initialisation.
+HEAD_INIT_IMAGES = 512
+
+
+def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDataset | None]:
+    """Hold out the last ``size`` training images as a validation set.
+
+    Returns the data with the remaining training images, and the validation set
+    (``None`` when ``size`` is 0). The test set is untouched.
+    """
+    if size == 0:
+        return data, None
+    x, y = data.train.tensors
+    if size >= len(x):
+        raise ConfigError(
+            f"--validation-size {size} leaves no training image of the {len(x)} loaded; "
+            "use a smaller validation size or a larger --train-size"
+        )
+    train = TensorDataset(x[:-size], y[:-size])
+    return dataclasses.replace(data, train=train), TensorDataset(x[-size:], y[-size:])
 
 
 def evidence_epochs(config: TrainConfig) -> list[int]:
@@ -119,12 +144,17 @@ class Trainer(EpochRun):
         self._check_world(config)
         self.device = self.world.device(resolve_device(config.device))
         torch.manual_seed(config.seed)
-        self.data = load_dataset(
-            config.dataset, config.data_dir, config.train_size, config.test_size
+        self.data, self.validation = split_validation(
+            load_dataset(config.dataset, config.data_dir, config.train_size, config.test_size),
+            config.validation_size,
         )
         self.net = build_model(
             config, self.data.in_channels, self.data.num_classes, self.data.image_size
-        ).to(self.device)
+        )
+        if config.head_init == HeadInit.DATA and isinstance(self.net, Mixer):
+            # the same images in every process, so every process starts from the same weights
+            self.net.standardise_head(self.data.train.tensors[0][:HEAD_INIT_IMAGES])
+        self.net = self.net.to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.train_model = data_parallel(self.model, self.world)
         self.n_train = len(self.data.train)
@@ -415,12 +445,19 @@ class Trainer(EpochRun):
                 }
         if self.invariant:
             row["eta"] = self.eta()
-        test = evaluate(self.model, self.data.test, world=self.world)
-        row.update({f"test_{k}": v for k, v in test.items()})
+        for split, data in self.evaluation_sets().items():
+            metrics = evaluate(self.model, data, world=self.world)
+            row.update({f"{split}_{k}": v for k, v in metrics.items()})
+
+    def evaluation_sets(self) -> dict[str, TensorDataset]:
+        """The sets measured after every epoch: ``validation`` (if held out) and ``test``."""
+        sets = {"validation": self.validation} if self.validation is not None else {}
+        return {**sets, "test": self.data.test}
 
     def postfix(self, row: dict) -> dict[str, str]:
         return {
             "loss": f"{row['train_loss']:.3f}",
+            **({"val_acc": f"{row['validation_accuracy']:.3f}"} if self.validation else {}),
             "test_acc": f"{row['test_accuracy']:.3f}",
             **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
             **({"rotate": f"{row['eta']['rotate']:.2f}"} if "eta" in row else {}),
@@ -435,13 +472,14 @@ class Trainer(EpochRun):
             save_figure,
         )
 
-        final = evaluate(self.model, self.data.test, world=self.world)
+        sets = self.evaluation_sets()
+        final = {k: evaluate(self.model, data, world=self.world) for k, data in sets.items()}
         best = self.state.best
         if best is not None:  # report the best-evidence state
             self.model.load_state_dict(best["model"])
             with torch.no_grad():
                 self.log_prior.copy_(best["log_prior"])
-        reported = evaluate(self.model, self.data.test, world=self.world)
+        reported = {k: evaluate(self.model, data, world=self.world) for k, data in sets.items()}
         epoch = best["epoch"] if best is not None else self.state.epoch
         if self._last_evidence is not None and self._last_evidence[0] == epoch:
             _, evidence, final_marglik = self._last_evidence  # at exactly these weights
@@ -455,12 +493,18 @@ class Trainer(EpochRun):
                 final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
         report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
         results = {
-            "test_accuracy": reported["accuracy"],
-            "test_nll": reported["nll"],
+            "test_accuracy": reported["test"]["accuracy"],
+            "test_nll": reported["test"]["nll"],
             "reported_state": "best_evidence" if best is not None else "final",
             "reported_epoch": epoch,
-            "final_test_accuracy": final["accuracy"],
-            "final_test_nll": final["nll"],
+            "final_test_accuracy": final["test"]["accuracy"],
+            "final_test_nll": final["test"]["nll"],
+            **{
+                f"{prefix}validation_{k}": v
+                for prefix, metrics in (("", reported), ("final_", final))
+                if "validation" in metrics
+                for k, v in metrics["validation"].items()
+            },
             "log_marglik": self.state.marglik,
             "log_marglik_epochs": self.state.marglik_epochs,
             "log_marglik_reported_state": final_marglik,
@@ -478,6 +522,7 @@ class Trainer(EpochRun):
                 {"epoch": row["epoch"], **row["eta"]} for row in self.state.metrics if "eta" in row
             ],
             "train_size": self.n_train,
+            "validation_size": len(self.validation) if self.validation is not None else 0,
             "test_size": len(self.data.test),
             "epochs": self.state.epoch,
             "train_time_s": seconds,

@@ -73,3 +73,31 @@ def test_bad_input():
         mixer(1, 10, 28, group="O3")
     with pytest.raises(ValueError, match="unknown path"):
         mixer(1, 10, 28, paths=("fc", "attention"))
+
+
+def test_standardise_head_centres_and_scales_the_features_entering_the_head():
+    torch.manual_seed(0)
+    model = mixer(1, 10, 28, group="C4", width=1)
+    x = torch.randn(64, 1, 28, 28)
+    with torch.no_grad():
+        features = model.features(x)
+        before = model(x)
+    first = model.head[0]
+    weight, bias = first.weight.clone(), first.bias.clone()
+    model.standardise_head(x)
+    # the first layer now computes W (f - mean) / s + b, by its definition
+    mean = features.mean(dim=0)
+    scale = features.var(dim=0).mean().sqrt()
+    expected = ((features - mean) / scale) @ weight.T + bias
+    with torch.no_grad():
+        assert torch.allclose(first(features), expected, atol=1e-5)
+        # standardised inputs: the logits now differ more between images
+        assert model(x).std(dim=0).mean() > 2 * before.std(dim=0).mean()
+
+
+def test_standardise_head_keeps_invariance_and_refuses_one_image():
+    model = mixer(1, 10, 28, group="C4", paths=("gconv",), width=1)
+    model.standardise_head(torch.randn(16, 1, 28, 28))
+    assert_equivariant(model, "C4", torch.randn(4, 1, 28, 28), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="at least 2 images"):
+        model.standardise_head(torch.randn(1, 1, 28, 28))

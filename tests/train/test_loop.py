@@ -127,3 +127,35 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(optimizer="rmsprop"), tmp_path)
     with pytest.raises(CheckpointError, match="no checkpoint"):
         Trainer(tiny_config(), tmp_path / "empty").run(resume=True)
+
+
+def test_validation_split_holds_out_the_last_training_images(tmp_path):
+    trainer = Trainer(tiny_config(train_size=48, validation_size=16, epochs=1), tmp_path)
+    full = Trainer(tiny_config(train_size=48, epochs=1), tmp_path / "full")
+    x_all, y_all = full.data.train.tensors
+    x_train, _ = trainer.data.train.tensors
+    x_val, y_val = trainer.validation.tensors
+    assert trainer.n_train == 32 and len(x_val) == 16
+    assert torch.equal(x_train, x_all[:32]) and torch.equal(x_val, x_all[32:])
+    assert torch.equal(y_val, y_all[32:])
+    results = trainer.run()
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert 0 <= row["validation_accuracy"] <= 1 and row["validation_nll"] > 0
+    assert results["validation_size"] == 16 and results["train_size"] == 32
+    assert 0 <= results["validation_accuracy"] <= 1
+    assert "validation_accuracy" not in full.run()
+    with pytest.raises(ValueError, match="validation-size 48 leaves no training image"):
+        Trainer(tiny_config(train_size=48, validation_size=48), tmp_path / "bad")
+
+
+def test_head_init_standardises_the_mixer_head_on_training_images(tmp_path):
+    from ella.train.loop import HEAD_INIT_IMAGES
+
+    data_init = Trainer(tiny_config(), tmp_path / "data")
+    plain = Trainer(tiny_config(head_init="default"), tmp_path / "plain")
+    # the same random initialisation, then the data-dependent rescaling of the head
+    plain.net.standardise_head(plain.data.train.tensors[0][:HEAD_INIT_IMAGES])
+    for a, b in zip(data_init.net.parameters(), plain.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="unknown head-init 'zero'; choose from data, default"):
+        tiny_config(head_init="zero")

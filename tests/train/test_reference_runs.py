@@ -28,15 +28,17 @@ import torch
 
 REFERENCE = Path(__file__).with_name("data") / "reference_runs.json"
 #: The reference runs: small enough for the test suite, covering the evidence rounds.
+#: Options whose default changed after a7a1f40 are pinned to the value it had.
 CASES: dict[str, dict] = {
     "mixer_learned": dict(
         train_size=64, test_size=64, epochs=3, batch_size=32, width=1,
         n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=5, progress=False,
+        head_init="default",
     ),
     "mixer_subset_mc": dict(
         train_size=96, test_size=32, epochs=2, batch_size=32, width=1,
         n_epochs_burnin=2, marglik_frequency=1, n_hypersteps=3, ggn="mc",
-        marglik_subset_size=48, progress=False,
+        marglik_subset_size=48, progress=False, head_init="default",
     ),
     "mlp_map": dict(
         model="mlp", train_size=128, test_size=64, epochs=2, batch_size=32,
