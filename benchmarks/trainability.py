@@ -14,7 +14,9 @@ variants change one thing at a time against the default mixer (width 2, C4,
   keeps exact equivariance and per-example independence; ``batch``: batch
   statistics per channel, inserted by wrapping the layers, a diagnostic only,
   since it couples the examples of a batch);
-* fixed instead of adaptive polyphase downsampling.
+* fixed instead of adaptive polyphase downsampling;
+* the head standardised on 512 training images at initialisation
+  (:meth:`ella.models.Mixer.standardise_head`, ``ella train --head-init data``).
 
 ``python -m benchmarks.trainability`` (profile ``cpu``: 5000 MNIST training
 images, 2000 test images, 200 steps) writes ``results/trainability.{json,md}``;
@@ -62,6 +64,7 @@ class Variant:
     lr: float = 1e-3
     norm: str = "none"  # "none", "instance" or "batch"
     downsample: str = "adaptive"  # "adaptive" or "fixed"
+    head_init: str = "default"  # "default" or "data" (Mixer.standardise_head)
 
 
 VARIANTS = (
@@ -78,6 +81,21 @@ VARIANTS = (
     Variant("GCONV, width 4", paths=("gconv",), width=4),
     Variant("GCONV, instance norm, lr 3e-3", paths=("gconv",), norm="instance", lr=3e-3),
     Variant("FC+CONV+GCONV, instance norm", norm="instance"),
+    Variant("GCONV, head standardised", paths=("gconv",), head_init="data"),
+    Variant("FC+CONV+GCONV, head standardised", head_init="data"),
+    Variant(
+        "GCONV, instance norm, lr 3e-3, head standardised",
+        paths=("gconv",),
+        norm="instance",
+        lr=3e-3,
+        head_init="data",
+    ),
+    Variant(
+        "FC+CONV+GCONV, instance norm, lr 3e-3, head standardised",
+        norm="instance",
+        lr=3e-3,
+        head_init="data",
+    ),
 )
 
 
@@ -114,6 +132,8 @@ def build(variant: Variant, data: ImageData) -> nn.Module:
         width=variant.width,
         norm="instance" if variant.norm == "instance" else "none",
     )
+    if variant.head_init == "data":
+        model.standardise_head(data.train.tensors[0][:512])
     if variant.norm == "batch":
         for name, layer in model.layers.items():
             setattr(model, name, BatchNormalisedLayer(layer))
@@ -220,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for variant in chosen:
         row = done.get(variant.name)
-        if row is None or row != {**row, **asdict(variant)}:
+        # compare as JSON values: a stored row holds lists where the variant has tuples
+        if row is None or row != {**row, **json.loads(json.dumps(asdict(variant)))}:
             row = run_variant(variant, data, profile["steps"], args.batch_size, args.seed)
             print(
                 f"{variant.name}: test accuracy {100 * row['test_accuracy']:.1f}% "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -182,17 +183,18 @@ class Mixer(nn.Module):
         """
         if x.shape[0] < 2:
             raise ValueError(f"standardise_head needs at least 2 images, got {x.shape[0]}")
-        was_training = self.training
-        self.eval()
-        features = self.features(x)
-        self.train(was_training)
+        # in float64 on a copy, so that the result does not depend on the number of threads
+        # (a data-parallel job must start from the weights of the one-process job)
+        probe = copy.deepcopy(self).double().eval()
+        features = probe.features(x.double())
         mean = features.mean(dim=0)
         scale = features.var(dim=0).mean().sqrt()
         if not torch.isfinite(scale) or scale <= 0:
             raise ValueError("the features of x do not vary between images; pass other images")
         first = self.head[0]
-        first.weight.div_(scale)
-        first.bias.sub_(first.weight @ mean)
+        weight = first.weight.double() / scale
+        first.bias.copy_(first.bias.double() - weight @ mean)
+        first.weight.copy_(weight)
 
     def invariance_error(self, x: torch.Tensor | None = None) -> float:
         """Largest change of the logits under the group, on ``x`` or random images."""
