@@ -15,7 +15,7 @@ variants change one thing at a time against the default mixer (width 2, C4,
   statistics per channel, inserted by wrapping the layers, a diagnostic only,
   since it couples the examples of a batch);
 * fixed instead of adaptive polyphase downsampling;
-* the head standardised on 512 training images at initialisation
+* the head standardised on the first 512 training images at initialisation
   (:meth:`ella.models.Mixer.standardise_head`, ``ella train --head-init data``).
 
 ``python -m benchmarks.trainability`` (profile ``cpu``: 5000 MNIST training
@@ -45,6 +45,7 @@ from ella.models import mixer
 from ella.models.baselines import cnn
 from ella.nn import RelaxedLayer
 from ella.nn import paths as path_module
+from ella.train.config import HEAD_INIT_IMAGES
 
 PROFILES = {
     "cpu": dict(train_size=5000, test_size=2000, steps=200),
@@ -133,7 +134,7 @@ def build(variant: Variant, data: ImageData) -> nn.Module:
         norm="instance" if variant.norm == "instance" else "none",
     )
     if variant.head_init == "data":
-        model.standardise_head(data.train.tensors[0][:512])
+        model.standardise_head(data.train.tensors[0][:HEAD_INIT_IMAGES])
     if variant.norm == "batch":
         for name, layer in model.layers.items():
             setattr(model, name, BatchNormalisedLayer(layer))

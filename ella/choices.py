@@ -99,9 +99,10 @@ class HeadInit(Choice):
 
     ``data``: after the usual random initialisation, the head's first linear layer
     is rescaled so that the pooled features of a batch of training images enter
-    it standardised (mean 0, variance 1 per feature; a data-dependent
-    initialisation, Kraehenbuehl et al., ICLR 2016). ``default``: torch's
-    initialisation only.
+    it centred (mean 0 per feature) and scaled (one standard deviation pooled
+    over the features; :meth:`ella.models.Mixer.standardise_head`, a
+    data-dependent initialisation, Kraehenbuehl et al., ICLR 2016).
+    ``default``: torch's initialisation only.
     """
 
     DATA = "data"

@@ -20,6 +20,8 @@ from ella.config import option
 from ella.errors import ConfigError
 from ella.train.schedule import SCHEDULE_HELP, ScheduleConfig
 
+#: Training images (the first) on which ``--head-init data`` standardises a mixer's head.
+HEAD_INIT_IMAGES = 512
 #: Network architectures ``build_model`` knows.
 MODELS = ModelName.values()
 #: Input-invariance methods: none, fixed full augmentation, learned by marginal
@@ -153,7 +155,7 @@ HELP: dict[str, str] = {
     "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "head_init": "mixer: data standardises the pooled features entering the head on the "
-    "first 512 training images at initialisation (trains faster; "
+    f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster; "
     "benchmarks/results/trainability.md), default keeps torch's initialisation only",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
@@ -174,4 +176,4 @@ HELP: dict[str, str] = {
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
 }
 
-__all__ = ["HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]
+__all__ = ["HEAD_INIT_IMAGES", "HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]

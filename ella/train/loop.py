@@ -52,12 +52,9 @@ from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
-from ella.train.config import TrainConfig
+from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
 from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
-
-#: Training images (the first) on which a mixer's head is standardised at initialisation.
-HEAD_INIT_IMAGES = 512
 
 
 def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDataset | None]:
@@ -445,14 +442,15 @@ class Trainer(EpochRun):
                 }
         if self.invariant:
             row["eta"] = self.eta()
-        for split, data in self.evaluation_sets().items():
-            metrics = evaluate(self.model, data, world=self.world)
+        for split, metrics in self.evaluate_sets().items():
             row.update({f"{split}_{k}": v for k, v in metrics.items()})
 
-    def evaluation_sets(self) -> dict[str, TensorDataset]:
-        """The sets measured after every epoch: ``validation`` (if held out) and ``test``."""
+    def evaluate_sets(self) -> dict[str, dict[str, float]]:
+        """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
+        ``test``: ``{split: {"accuracy": ..., "nll": ...}}``."""
         sets = {"validation": self.validation} if self.validation is not None else {}
-        return {**sets, "test": self.data.test}
+        sets["test"] = self.data.test
+        return {split: evaluate(self.model, data, world=self.world) for split, data in sets.items()}
 
     def postfix(self, row: dict) -> dict[str, str]:
         return {
@@ -472,14 +470,13 @@ class Trainer(EpochRun):
             save_figure,
         )
 
-        sets = self.evaluation_sets()
-        final = {k: evaluate(self.model, data, world=self.world) for k, data in sets.items()}
+        final = self.evaluate_sets()
         best = self.state.best
         if best is not None:  # report the best-evidence state
             self.model.load_state_dict(best["model"])
             with torch.no_grad():
                 self.log_prior.copy_(best["log_prior"])
-        reported = {k: evaluate(self.model, data, world=self.world) for k, data in sets.items()}
+        reported = self.evaluate_sets()
         epoch = best["epoch"] if best is not None else self.state.epoch
         if self._last_evidence is not None and self._last_evidence[0] == epoch:
             _, evidence, final_marglik = self._last_evidence  # at exactly these weights
@@ -493,18 +490,15 @@ class Trainer(EpochRun):
                 final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
         report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
         results = {
-            "test_accuracy": reported["test"]["accuracy"],
-            "test_nll": reported["test"]["nll"],
+            # test_accuracy, final_test_nll, validation_accuracy (if held out), ...
+            **{
+                f"{prefix}{split}_{k}": v
+                for prefix, sets in (("", reported), ("final_", final))
+                for split, metrics in sets.items()
+                for k, v in metrics.items()
+            },
             "reported_state": "best_evidence" if best is not None else "final",
             "reported_epoch": epoch,
-            "final_test_accuracy": final["test"]["accuracy"],
-            "final_test_nll": final["test"]["nll"],
-            **{
-                f"{prefix}validation_{k}": v
-                for prefix, metrics in (("", reported), ("final_", final))
-                if "validation" in metrics
-                for k, v in metrics["validation"].items()
-            },
             "log_marglik": self.state.marglik,
             "log_marglik_epochs": self.state.marglik_epochs,
             "log_marglik_reported_state": final_marglik,

@@ -149,7 +149,7 @@ def test_validation_split_holds_out_the_last_training_images(tmp_path):
 
 
 def test_head_init_standardises_the_mixer_head_on_training_images(tmp_path):
-    from ella.train.loop import HEAD_INIT_IMAGES
+    from ella.train.config import HEAD_INIT_IMAGES
 
     data_init = Trainer(tiny_config(), tmp_path / "data")
     plain = Trainer(tiny_config(head_init="default"), tmp_path / "plain")
