@@ -67,6 +67,10 @@ class Mixer(nn.Module):
     the logits are exactly invariant to the group (the group pool removes the
     permutation of copies; everything after it sees an invariant tensor).
 
+    With ``norm="instance"``, a layer whose output holds a single value per
+    channel (trivial group and a 1x1 map, e.g. the last layer at 32x32) is
+    left unnormalised: normalising one value would zero it.
+
     Submodules: ``lift``, ``layer1`` ... ``layerN`` (each a
     :class:`~ella.nn.RelaxedLayer`; also in :attr:`layers`), ``pool``, ``head``
     (Linear, ReLU, Linear). Prior groups are therefore named ``layer3.gconv``.
@@ -103,6 +107,7 @@ class Mixer(nn.Module):
         self.specs = plan_layers(in_channels, self.image_size, width, blocks)
         self.lift = Lift(self.group, in_channels)
         for s in self.specs:
+            out_h, out_w = s.in_size[0] // s.stride, s.in_size[1] // s.stride
             self.add_module(
                 s.name,
                 RelaxedLayer(
@@ -115,7 +120,8 @@ class Mixer(nn.Module):
                     stride=s.stride,
                     fc_mode=fc_mode,
                     gconv_mode=gconv_mode,
-                    norm=norm,
+                    # one value per channel (trivial group, 1x1 map) cannot be normalised
+                    norm=norm if self.group.order * out_h * out_w > 1 else "none",
                 ),
             )
         self.pool = GroupPool(self.group, mode=pool)

@@ -49,6 +49,17 @@ def test_instance_normalised_gconv_only_mixer_is_invariant(group):
     assert_equivariant(model, group, x, atol=1e-5, rtol=1e-4)
 
 
+def test_instance_norm_skips_a_layer_with_one_value_per_channel():
+    # trivial group at 32x32: the last layer's output is 1x1 with one copy
+    model = mixer(1, 10, 32, group="trivial", paths=("fc", "conv"), width=1, norm="instance")
+    norms = {name: layer.norm for name, layer in model.layers.items()}
+    assert norms.pop("layer8") == "none"
+    assert set(norms.values()) == {"instance"}
+    # the features still differ between images (a normalised single value would be 0)
+    features = model.features(torch.randn(3, 1, 32, 32))
+    assert features.std(dim=0).max() > 0
+
+
 @pytest.mark.parametrize("paths", [("fc",), ("conv",), ("fc", "conv")], ids="+".join)
 def test_fc_and_conv_mixers_are_not_rotation_invariant(paths):
     model = mixer(1, 10, 32, group="C4", paths=paths, width=2)
