@@ -18,6 +18,7 @@ eigenvalues once after a fit, so each evaluation is a few vector operations
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -31,6 +32,7 @@ from ella.choices import GGN, Backend, HessianStructure
 from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
+    decompose,
     dense_hessian,
     fit_undecomposed,
     hessian_scale,
@@ -53,7 +55,11 @@ _NOT_FINITE = (
 
 
 def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
-    if not all(bool(torch.isfinite(t).all()) for t in tensors):
+    # the largest |entry| of each tensor in one fused call (thousands of small factors):
+    # finite exactly when the tensor is; NaN propagates
+    nonempty = [t for t in tensors if t.numel()]
+    largest = [m.double() for m in torch._foreach_norm(nonempty, math.inf)] if nonempty else []
+    if largest and not bool(torch.isfinite(torch.stack(largest)).all()):
         raise EvidenceError(_NOT_FINITE)
 
 
@@ -423,11 +429,14 @@ class LaplaceEvidence:
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
-                if summed:  # decompose once, after the sum over the processes
-                    fit_undecomposed(la, _FiniteBatches(loader), progress)
-                    sum_factors(la, world.sum_)
-                else:
+                if self.structure is not HessianStructure.KRON:
                     la.fit(_FiniteBatches(loader), progress_bar=progress)
+                else:  # decomposed once, eigenvectors deferred (LazyKronDecomposed)
+                    fit_undecomposed(la, _FiniteBatches(loader), progress)
+                    if summed:  # after the sum over the processes
+                        sum_factors(la, world.sum_)
+                    else:
+                        decompose(la)
         self._check_finite_curvature(la)
         if self.structure is HessianStructure.KRON:
             blocks = len(kron_factors(la))

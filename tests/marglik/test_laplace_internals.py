@@ -12,7 +12,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ella.marglik.laplace_internals import (
+    LazyKronDecomposed,
     check_internals,
+    decompose,
     dense_hessian,
     hessian_scale,
     kron_eigenvalues,
@@ -77,5 +79,27 @@ def test_scale_to_n_data_scales_output_factors_and_likelihood(float64):
 
 def test_a_changed_laplace_torch_is_named():
     stand_in = types.SimpleNamespace(_H_factor=1.0, loss=0.0, n_data=1, damping=False)
-    with pytest.raises(AttributeError, match=r"_dtype, H_facs.kfacs, H_facs.decompose"):
+    with pytest.raises(AttributeError, match=r"_dtype, H_facs.kfacs, H.eigenvalues"):
         check_internals(stand_in)
+
+
+def test_lazy_decomposition_equals_laplace_torchs(float64):
+    _, la = fitted(KronLaplace)
+    stock = la.H  # laplace-torch's own Kron.decompose
+    decompose(la)
+    lazy = la.H
+    assert isinstance(lazy, LazyKronDecomposed) and lazy._eigenvectors is None
+    for block, values, vectors, factors in zip(
+        lazy.eigenvalues, stock.eigenvalues, stock.eigenvectors, kron_factors(la), strict=True
+    ):
+        for lam, ref in zip(block, values, strict=True):
+            torch.testing.assert_close(lam, ref, rtol=1e-10, atol=1e-12)
+    # the eigenvectors, computed on first use, rebuild every factor
+    for block, values, factors in zip(lazy.eigenvectors, lazy.eigenvalues, kron_factors(la)):
+        for q, lam, factor in zip(block, values, factors, strict=True):
+            torch.testing.assert_close(q @ torch.diag(lam) @ q.T, factor)
+    # laplace-torch's own evidence (which adds the prior through the eigenvectors) is unchanged
+    lazy_value = la.log_marginal_likelihood(prior_precision=torch.tensor(0.7))
+    la.H = stock
+    stock_value = la.log_marginal_likelihood(prior_precision=torch.tensor(0.7))
+    torch.testing.assert_close(lazy_value, stock_value, rtol=1e-12, atol=0)
