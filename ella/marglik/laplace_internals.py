@@ -27,6 +27,7 @@ the attribute, instead of the evidence going wrong somewhere else.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from laplace.utils.matrix import KronDecomposed
@@ -58,35 +59,47 @@ def parameter_dtype(la) -> torch.dtype:
     return la._dtype
 
 
+def _robust_symmetric(decomposition: Callable[..., Any], factor: torch.Tensor) -> Any:
+    """``decomposition(factor, UPLO="U")`` (eigvalsh or eigh; the upper triangle, as
+    laplace-torch reads it), made robust for rank-deficient factors with many repeated
+    eigenvalues, for which LAPACK may fail or silently return NaN (seen with eigvalsh on the
+    lower triangle of a 256 x 256 float32 FC factor of rank 124): a result that is not
+    finite is retried with ``+I`` (removed again afterwards), then in float64."""
+    eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
+
+    def finite(result: Any) -> bool:
+        parts = result if isinstance(result, tuple) else (result,)
+        return all(bool(torch.isfinite(p).all()) for p in parts)
+
+    for attempt, shift in ((factor, 0.0), (factor + eye, 1.0), (factor.double() + eye, 1.0)):
+        try:
+            result = decomposition(attempt, UPLO="U")
+        except RuntimeError:  # did not converge
+            continue
+        if finite(result):
+            if isinstance(result, tuple):  # (eigenvalues, eigenvectors)
+                return result[0].to(factor.dtype) - shift, result[1].to(factor.dtype)
+            return result.to(factor.dtype) - shift
+    raise EvidenceError(
+        f"a {tuple(factor.shape)} Kronecker factor could not be eigendecomposed; the "
+        "curvature is ill-conditioned: try a smaller --lr"
+    )
+
+
 def _factor_eigenvalues(factor: torch.Tensor) -> torch.Tensor:
     """Eigenvalues (ascending, clamped at 0) of a symmetric factor (n, n), or the factor
-    itself when it is a diagonal (n,). Like laplace-torch's ``symeig``, one retry with
-    ``+I``; unlike it, a failure raises :class:`EvidenceError` instead of ending the process."""
+    itself when it is a diagonal (n,), as laplace-torch's ``Kron.decompose`` gives them;
+    a failure raises :class:`EvidenceError` where laplace-torch ends the process."""
     if factor.ndim == 1:
         return factor
-    try:
-        values = torch.linalg.eigvalsh(factor)
-    except RuntimeError:  # did not converge
-        eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
-        try:
-            values = torch.linalg.eigvalsh(factor + eye) - 1.0
-        except RuntimeError as error:
-            raise EvidenceError(
-                f"a {tuple(factor.shape)} Kronecker factor could not be eigendecomposed "
-                f"({error}); the curvature is ill-conditioned: try a smaller --lr"
-            ) from error
-    return values.clamp(min=0.0)
+    return _robust_symmetric(torch.linalg.eigvalsh, factor).clamp(min=0.0)
 
 
 def _factor_eigenvectors(factor: torch.Tensor) -> torch.Tensor:
     """Eigenvectors (n, n) as columns, ascending eigenvalue; the identity for a diagonal."""
     if factor.ndim == 1:
         return torch.eye(len(factor), dtype=factor.dtype, device=factor.device)
-    try:
-        return torch.linalg.eigh(factor).eigenvectors
-    except RuntimeError:
-        eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
-        return torch.linalg.eigh(factor + eye).eigenvectors
+    return _robust_symmetric(torch.linalg.eigh, factor)[1]
 
 
 class LazyKronDecomposed(KronDecomposed):

@@ -11,6 +11,7 @@ from laplace.curvature import AsdlGGN
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ella.errors import EvidenceError
 from ella.marglik.laplace_internals import (
     LazyKronDecomposed,
     check_internals,
@@ -89,13 +90,13 @@ def test_lazy_decomposition_equals_laplace_torchs(float64):
     decompose(la)
     lazy = la.H
     assert isinstance(lazy, LazyKronDecomposed) and lazy._eigenvectors is None
-    for block, values, vectors, factors in zip(
-        lazy.eigenvalues, stock.eigenvalues, stock.eigenvectors, kron_factors(la), strict=True
-    ):
+    for block, values in zip(lazy.eigenvalues, stock.eigenvalues, strict=True):
         for lam, ref in zip(block, values, strict=True):
             torch.testing.assert_close(lam, ref, rtol=1e-10, atol=1e-12)
     # the eigenvectors, computed on first use, rebuild every factor
-    for block, values, factors in zip(lazy.eigenvectors, lazy.eigenvalues, kron_factors(la)):
+    for block, values, factors in zip(
+        lazy.eigenvectors, lazy.eigenvalues, kron_factors(la), strict=True
+    ):
         for q, lam, factor in zip(block, values, factors, strict=True):
             torch.testing.assert_close(q @ torch.diag(lam) @ q.T, factor)
     # laplace-torch's own evidence (which adds the prior through the eigenvectors) is unchanged
@@ -103,3 +104,27 @@ def test_lazy_decomposition_equals_laplace_torchs(float64):
     la.H = stock
     stock_value = la.log_marginal_likelihood(prior_precision=torch.tensor(0.7))
     torch.testing.assert_close(lazy_value, stock_value, rtol=1e-12, atol=0)
+
+
+def test_a_factor_lapack_returns_nan_for_is_decomposed_again(float64, monkeypatch):
+    # LAPACK returned NaN eigenvalues, without an error, for a rank-deficient 256 x 256 float32
+    # FC factor; the decomposition retries (+I, then float64) instead of passing NaN on
+    from ella.marglik import laplace_internals
+
+    x = torch.randn(10, 6)
+    factor = x.T @ x  # rank 6 of 6 here; the stand-in below fails its first call
+    real, calls = torch.linalg.eigvalsh, []
+
+    def flaky(matrix, UPLO="L"):
+        calls.append(UPLO)
+        values = real(matrix, UPLO=UPLO)
+        return values * float("nan") if len(calls) == 1 else values
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", flaky)
+    values = laplace_internals._factor_eigenvalues(factor)
+    assert calls == ["U", "U"]  # retried once, on the upper triangle as laplace-torch reads it
+    torch.testing.assert_close(values, real(factor).clamp(min=0))
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", lambda m, UPLO="L": m.diagonal() * float("nan"))
+    with pytest.raises(EvidenceError, match="could not be eigendecomposed"):
+        laplace_internals._factor_eigenvalues(factor)
