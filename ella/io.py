@@ -70,8 +70,9 @@ def load_checkpoint(path: Path, config) -> dict:
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
     want = config.run_dict()
-    # an option added after the checkpoint was saved counts as its default
-    defaults = type(config)().run_dict()
+    # an option added after the checkpoint was saved counts as what ella did before it
+    # existed: its default, unless the class says otherwise (ABSENT_MEANS)
+    defaults = {**type(config)().run_dict(), **getattr(type(config), "ABSENT_MEANS", {})}
     changed = sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
     if changed:
         raise CheckpointError(

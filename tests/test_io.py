@@ -23,8 +23,23 @@ def test_an_option_added_after_the_checkpoint_counts_as_its_default(tmp_path):
     from ella.train import TrainConfig
 
     saved = TrainConfig().to_dict()
-    del saved["norm"]  # a checkpoint written before the option existed
+    del saved["validation_size"]  # a checkpoint written before the option existed
     save_torch({"config": saved}, tmp_path / "checkpoint.pt")
     assert load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig())["config"] == saved
+    with pytest.raises(CheckpointError, match=r"\['validation_size'\]"):
+        load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(validation_size=10))
+
+
+def test_an_option_whose_default_changed_counts_as_what_ella_did_before_it(tmp_path):
+    # norm did not exist before instance normalisation; those runs had none, which is no
+    # longer the default: such a checkpoint resumes only with --norm none
+    from ella.errors import CheckpointError
+    from ella.io import load_checkpoint, save_torch
+    from ella.train import TrainConfig
+
+    saved = TrainConfig().to_dict()
+    del saved["norm"]
+    save_torch({"config": saved}, tmp_path / "checkpoint.pt")
     with pytest.raises(CheckpointError, match=r"\['norm'\]"):
-        load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(norm="instance"))
+        load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig())
+    assert load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(norm="none"))["config"] == saved

@@ -198,16 +198,31 @@ def test_nan_pixels_are_named_by_the_evidence_fit():
 
 
 def test_laplace_torch_calling_exit_is_an_evidence_error(monkeypatch):
-    """laplace-torch 0.3 calls exit() when eigh fails twice (laplace.utils.utils.symeig)."""
+    """laplace-torch 0.3 calls exit() where it gives up (laplace.utils.utils.symeig); a fit
+    whose dependency tries to end the process raises EvidenceError instead."""
+    from laplace.baselaplace import ParametricLaplace
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    x, y = torch.randn(8, 1, 2, 2), torch.randint(3, (8,))
+    evidence = LaplaceEvidence(model, PriorStructure(model))
+    monkeypatch.setattr(ParametricLaplace, "fit", lambda *args, **kwargs: exit())
+    with pytest.raises(EvidenceError, match="tried to end the process"):
+        evidence.fit(DataLoader(TensorDataset(x, y), batch_size=4))
+
+
+def test_an_eigendecomposition_that_fails_is_an_evidence_error(monkeypatch):
+    """ella decomposes the Kronecker factors itself; where LAPACK fails for good (laplace-torch
+    would exit()), the fit raises EvidenceError naming the fix."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     x, y = torch.randn(8, 1, 2, 2), torch.randint(3, (8,))
     evidence = LaplaceEvidence(model, PriorStructure(model))
 
-    def eigh_fails(*args, **kwargs):
+    def fails(*args, **kwargs):
         raise RuntimeError("eigh did not converge")
 
-    monkeypatch.setattr(torch.linalg, "eigh", eigh_fails)
-    with pytest.raises(EvidenceError, match="tried to end the process"):
+    monkeypatch.setattr(torch.linalg, "eigh", fails)
+    monkeypatch.setattr(torch.linalg, "eigvalsh", fails)
+    with pytest.raises(EvidenceError, match="could not be eigendecomposed.*smaller --lr"):
         evidence.fit(DataLoader(TensorDataset(x, y), batch_size=4))
 
 
@@ -355,6 +370,8 @@ def test_a_full_hessian_that_cannot_fit_is_refused_before_training(tmp_path, cap
         "--epochs",
         "1",
         "--no-progress",
+        "--marglik-subset-size",  # the full Hessian has no subset estimator: all 3000 images
+        "3000",
     ]
     refused(capsys, argv, 1, "full Laplace Hessian", "--hessian kron")
     assert not (out / "checkpoint.pt").exists()
@@ -370,9 +387,9 @@ def test_interpolated_groups_are_refused_for_layers():
 
 def test_resume_refuses_a_changed_option_by_name(run, capsys):
     before = snapshot(run)
-    refused(capsys, ["train", "--out", str(run), "--resume", "--ggn", "mc"], 1, "--ggn")
+    refused(capsys, ["train", "--out", str(run), "--resume", "--ggn", "exact"], 1, "--ggn")
     # a default value given explicitly is a change too, never silently replaced
-    refused(capsys, ["train", "--out", str(run), "--resume", "--seed", "0", "--lr", "1e-3",
+    refused(capsys, ["train", "--out", str(run), "--resume", "--seed", "0", "--lr", "3e-3",
                      "--batch-size", "128"], 1, "--batch-size")  # fmt: skip
     assert snapshot(run) == before
 

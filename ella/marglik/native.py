@@ -40,6 +40,7 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
+from ella.errors import EvidenceError
 from ella.marglik.support import UnsupportedModuleError, check_supported
 from ella.nn.paths import FCPath, GConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
@@ -387,6 +388,11 @@ class NativeGGN(CurvatureInterface):
         """Columns ``v`` (V, M, K) of the loss Hessian's square root in function space."""
         # Monte-Carlo samples are drawn as ASDL draws them (the same torch.distributions
         # calls on the global generator), so a seeded fit samples the same labels.
+        if not bool(torch.isfinite(f).all()):  # refused here, before a sampler fails on NaN
+            raise EvidenceError(
+                "the network's outputs are not finite at these weights, so the GGN cannot be "
+                "computed. Training probably diverged: try a smaller --lr"
+            )
         if self.likelihood == "regression":
             if self.stochastic:
                 f = f.detach()

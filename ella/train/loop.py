@@ -239,6 +239,9 @@ class Trainer(EpochRun):
             "hyper_optimizer": self.hyper_optimizer.state_dict(),
             "eta_optimizer": self.eta_optimizer.state_dict() if self.eta_optimizer else None,
             "log_prior": self.log_prior.detach().clone(),
+            # the MC GGN samples its labels from the global generator (as ASDL does): a
+            # resumed run continues its stream, so it equals the uninterrupted one
+            "rng_state": torch.get_rng_state(),
         }
 
     def restore_entries(self, ckpt: dict) -> None:
@@ -249,6 +252,8 @@ class Trainer(EpochRun):
             self.eta_optimizer.load_state_dict(ckpt["eta_optimizer"])
         with torch.no_grad():
             self.log_prior.copy_(ckpt["log_prior"])
+        if ckpt.get("rng_state") is not None:  # absent in checkpoints before 2026-11-23
+            torch.set_rng_state(ckpt["rng_state"])
 
     # ------------------------------------------------------------------ steps
     def train_epoch(self) -> dict[str, float]:
