@@ -43,7 +43,9 @@ from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer
 
 PROFILES = {
-    "cpu": dict(test_size=500),
+    # 1000 training images (ella train's default is 3000): an epoch and a full evidence fit
+    # see the same images, as the fit / epoch ratio asks
+    "cpu": dict(train_size=1000, test_size=500),
     "paper": dict(dataset="mnist", train_size=None, test_size=None, batch_size=500),
 }
 
@@ -207,7 +209,8 @@ def main() -> None:
             f"{cfg.batch_size}; evidence fits over all training images (batch "
             f"{cfg.marglik_batch_size}); ELLA and MAP runs at the default schedule "
             f"({cfg.epochs} epochs, evidence after epoch {cfg.n_epochs_burnin}+ every "
-            f"{cfg.marglik_frequency}, {cfg.n_hypersteps} hypersteps, native exact GGN).",
+            f"{cfg.marglik_frequency}, {cfg.n_hypersteps} hypersteps, {cfg.backend} "
+            f"{cfg.ggn} GGN, norm {cfg.norm}, lr {cfg.lr:g}).",
             "",
             "| quantity | value |",
             "|---|---:|",
