@@ -38,6 +38,10 @@ class LayerSpec:
     in_size: tuple[int, int]
     stride: int
 
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return self.in_size[0] // self.stride, self.in_size[1] // self.stride
+
 
 def plan_layers(
     in_channels: int,
@@ -54,9 +58,8 @@ def plan_layers(
     for i, (mult, stride) in enumerate(blocks, start=1):
         if stride == 2 and (size[0] % 2 or size[1] % 2 or min(size) < 2):
             stride = 1
-        out_c = mult * width
-        specs.append(LayerSpec(f"layer{i}", c, out_c, size, stride))
-        c, size = out_c, (size[0] // stride, size[1] // stride)
+        specs.append(LayerSpec(f"layer{i}", c, mult * width, size, stride))
+        c, size = specs[-1].out_channels, specs[-1].out_size
     return specs
 
 
@@ -107,7 +110,6 @@ class Mixer(nn.Module):
         self.specs = plan_layers(in_channels, self.image_size, width, blocks)
         self.lift = Lift(self.group, in_channels)
         for s in self.specs:
-            out_h, out_w = s.in_size[0] // s.stride, s.in_size[1] // s.stride
             self.add_module(
                 s.name,
                 RelaxedLayer(
@@ -121,7 +123,7 @@ class Mixer(nn.Module):
                     fc_mode=fc_mode,
                     gconv_mode=gconv_mode,
                     # one value per channel (trivial group, 1x1 map) cannot be normalised
-                    norm=norm if self.group.order * out_h * out_w > 1 else "none",
+                    norm=norm if self.group.order * s.out_size[0] * s.out_size[1] > 1 else "none",
                 ),
             )
         self.pool = GroupPool(self.group, mode=pool)
