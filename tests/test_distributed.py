@@ -154,29 +154,6 @@ def _effective(results: dict) -> list[float]:
     ]
 
 
-@pytest.mark.slow
-def test_torchrun_train_matches_one_process_with_the_same_global_batch(tmp_path):
-    """Two processes with 8 images each per batch end where one process with 16 ends: the
-    prior precisions within 1e-4 in log and the effective parameters within relative 1e-4
-    (float32; measured differences are about 1e-6, from the order of the gradient sums).
-    Process 0 alone writes the run directory: one config, one metrics row per epoch, no
-    temporaries."""
-    one, two = tmp_path / "one", tmp_path / "two"
-    done = run_alone_and_torchrun(
-        "-m", "ella", "train", *TRAIN, one=["--out", str(one)], two=["--out", str(two)]
-    )
-    assert done.stdout.count("run directory:") == 1  # printed by process 0 only
-    a = json.loads((one / "results.json").read_text())
-    b = json.loads((two / "results.json").read_text())
-    assert b["processes"] == 2 and a["processes"] == 1
-    assert _log_precisions(b) == pytest.approx(_log_precisions(a), abs=1e-4)
-    assert _effective(b) == pytest.approx(_effective(a), rel=1e-4)
-    assert b["log_marglik"] == pytest.approx(a["log_marglik"], rel=1e-4)
-    assert b["test_accuracy"] == a["test_accuracy"]
-    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
-    assert len((two / "metrics.jsonl").read_text().splitlines()) == 2
-
-
 def _worker_of_rank(launcher: int, rank: int) -> int | None:
     """The pid of the process torchrun (pid ``launcher``) started for ``rank``, from /proc."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -192,12 +169,28 @@ def _worker_of_rank(launcher: int, rank: int) -> int | None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
-def test_a_killed_process_ends_the_job_clearly_and_resume_finishes_it(tmp_path):
-    out = tmp_path / "run"
-    options = ["--out", str(out), *TRAIN, "--epochs", "5", "--n-epochs-burnin", "4"]
+def test_torchrun_train_survives_a_killed_process_and_ends_where_one_process_ends(tmp_path):
+    """Two processes with 8 images each per batch: when one is killed, the job ends with a
+    clear error naming --resume; the resumed job ends where one process with batches of 16
+    ends: the prior precisions within 1e-4 in log, the effective parameters and the
+    evidence within relative 1e-3. Float32: the order of the gradient sums differs by about
+    1e-7; after 3 epochs and 2 evidence rounds it had grown to 2.3e-5 in a log precision
+    and 1.8e-4 relative in an effective parameter count, measured without a kill (a wrong
+    gradient average or a lost epoch moves them by far more). Process 0 alone writes the
+    run directory: the same files as one process's run, one metrics row per epoch, no
+    temporaries.
+
+    (One test for both: each torchrun launch costs the suite about 15 s of start-up.)"""
+    one, out = tmp_path / "one", tmp_path / "two"
+    options = [*TRAIN, "--epochs", "3", "--n-epochs-burnin", "2"]
+    alone = subprocess.run(
+        [sys.executable, "-m", "ella", "train", *options, "--out", str(one)], cwd=ROOT,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     job = subprocess.Popen(
-        torchrun("-m", "ella", "train", *options), cwd=ROOT, env=env,
+        torchrun("-m", "ella", "train", *options, "--out", str(out)), cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     metrics = out / "metrics.jsonl"
@@ -214,13 +207,20 @@ def test_a_killed_process_ends_the_job_clearly_and_resume_finishes_it(tmp_path):
     assert "--resume" in output
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
     done_before = checkpoint["state"]["epoch"]
-    assert 1 <= done_before < 5
+    assert 1 <= done_before < 3
     resumed = run_torchrun("-m", "ella", "train", "--out", str(out), "--resume", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
-    assert results["epochs"] == 5
+    assert resumed.stdout.count("run directory:") == 1  # printed by process 0 only
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [row["epoch"] for row in rows] == [1, 2, 3, 4, 5]
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    a = json.loads((one / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    assert b["processes"] == 2 and a["processes"] == 1 and b["epochs"] == 3
+    assert _log_precisions(b) == pytest.approx(_log_precisions(a), abs=1e-4)
+    assert _effective(b) == pytest.approx(_effective(a), rel=1e-3)
+    assert b["log_marglik"] == pytest.approx(a["log_marglik"], rel=1e-3)
+    assert b["test_accuracy"] == a["test_accuracy"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in one.iterdir())
 
 
 @pytest.mark.slow
