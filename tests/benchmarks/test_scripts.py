@@ -74,3 +74,33 @@ def test_recipe_smoke(tmp_path):
         assert set(row["squared_norms"]) == set(row["prior_precision"])
     assert any("change training" in claim for claim in payload["claims"])
     assert "| mnist_subset | default | map |" in (tmp_path / "recipe.md").read_text()
+
+
+@pytest.mark.slow
+def test_prior_reading_rereads_a_run_as_its_trainer_did(tmp_path):
+    """On a run whose last epoch fitted the evidence (exact GGN, all images) and set the
+    priors to its optimum, the zero-mean re-reading gives the run's own reported shares;
+    every path of every layer gets a movement row, and training moved some weights."""
+    from benchmarks import prior_reading
+    from ella.train import TrainConfig, train
+
+    config = TrainConfig(
+        train_size=32, test_size=16, epochs=1, width=1, batch_size=16, n_epochs_burnin=1,
+        marglik_frequency=1, prior_update="optimum", ggn="exact", progress=False,
+    )  # fmt: skip
+    results = train(config, tmp_path / "run")
+    text = prior_reading.main([str(tmp_path / "run")])
+    mean = "/".join(
+        f"{sum(r[p] for r in results['effective_parameters']) / 8:.0f}"
+        for p in ("fc", "conv", "gconv")
+    )
+    assert f"optimum, zero-mean prior: mean shares {mean} " in text
+    rows = [
+        line.split("|")
+        for line in text.splitlines()
+        if line.startswith("| layer") and line[7].isdigit()
+    ]
+    assert {(r[1].strip(), r[2].strip()) for r in rows} == {
+        (f"layer{i}", p) for i in range(1, 9) for p in ("fc", "conv", "gconv")
+    }
+    assert max(float(r[4]) for r in rows) > 0
