@@ -28,6 +28,7 @@ __all__ = [
     "ModelName",
     "Optimizer",
     "PathName",
+    "PriorMean",
     "PriorMode",
 ]
 
@@ -153,6 +154,17 @@ class PriorMode(Choice):
     LAYER_PATH = "layer_path"
     TENSOR = "tensor"
     SCALAR = "scalar"
+
+
+class PriorMean(Choice):
+    """Where the Gaussian prior of the weights is centred: ``zero`` (the ELLA reference), or
+    ``init``, the network's initial weights, so that the scatter term and the MAP penalty
+    price only what training added (``||theta - theta_0||^2``) and not the random
+    initialisation (``benchmarks/results/recipe.md``: after a few hundred steps the weights
+    are still mostly their initialisation)."""
+
+    ZERO = "zero"
+    INIT = "init"
 
 
 class PriorUpdate(Choice):

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from ella.choices import GGN, Backend, HessianStructure, PriorMode, PriorUpdate
+from ella.choices import GGN, Backend, HessianStructure, PriorMean, PriorMode, PriorUpdate
 from ella.distributed import World, current
 from ella.errors import ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure
@@ -77,6 +77,9 @@ class PriorLearner:
             the data, as with a ``DistributedSampler``; see :mod:`ella.distributed`).
             Default ``None``: whenever torch's default process group has more than one
             process. The precisions are then checked to be identical on every process.
+        mean: where the prior is centred: ``zero`` (default, the reference) or ``init``,
+            the model's trainable parameters when the learner is made (call it before
+            training); kept in :meth:`state_dict`.
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
@@ -103,6 +106,7 @@ class PriorLearner:
         sigma_noise: float = 1.0,
         update: PriorUpdate | str = PriorUpdate.ADAM,
         data_parallel: bool | None = None,
+        mean: PriorMean | str = PriorMean.ZERO,
     ):
         if not (isinstance(n_data, int) and n_data >= 1):
             raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
@@ -120,6 +124,11 @@ class PriorLearner:
         self.sigma_noise = sigma_noise
         self.update = PriorUpdate.parse(update, "prior update")
         self.data_parallel = data_parallel
+        self.mean = PriorMean.parse(mean, "prior mean")
+        #: the prior's mean of every trainable parameter (n_params,), or None (zero)
+        self.prior_mean: torch.Tensor | None = (
+            self._trainable_vector().detach().clone() if self.mean is PriorMean.INIT else None
+        )
         if self.update == "optimum" and self.hessian != "kron":
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
         device = next(model.parameters()).device
@@ -147,6 +156,7 @@ class PriorLearner:
             backend=config.backend,
             ggn=config.ggn,
             update=config.prior_update,
+            mean=config.prior_mean,
             **options,
         )
 
@@ -161,9 +171,15 @@ class PriorLearner:
             self._diagonal = (version, diagonal)
         return self._diagonal[1]
 
+    def _trainable_vector(self) -> torch.Tensor:
+        return parameters_to_vector(p for p in self.model.parameters() if p.requires_grad)
+
     def penalty(self) -> torch.Tensor:
-        """``1/2 sum_i delta_i theta_i^2 / N``: add it to a mean cross-entropy loss."""
-        theta = parameters_to_vector(p for p in self.model.parameters() if p.requires_grad)
+        """``1/2 sum_i delta_i (theta_i - mu_i)^2 / N`` (``mu`` the prior mean, zero by
+        default): add it to a mean cross-entropy loss."""
+        theta = self._trainable_vector()
+        if self.prior_mean is not None:
+            theta = theta - self.prior_mean
         return 0.5 * (self.precision_diagonal() * theta.square()).sum() / self.n_data
 
     # ------------------------------------------------------------------ the evidence side
@@ -189,6 +205,7 @@ class PriorLearner:
             backend=self.backend,
             sigma_noise=self.sigma_noise,
             ggn=self.ggn,
+            prior_mean=self.prior_mean,
         )
 
     def fit(self, batches: Iterable, progress: bool = False) -> LaplaceEvidence:
@@ -305,6 +322,7 @@ class PriorLearner:
             "optimizer": self.optimizer.state_dict(),
             "history": list(self.history),
             "gaps": list(self.gaps),
+            "prior_mean": None if self.prior_mean is None else self.prior_mean.clone(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -316,6 +334,20 @@ class PriorLearner:
         with torch.no_grad():
             self.log_prior.copy_(state["log_prior"])
         self.optimizer.load_state_dict(state["optimizer"])
+        mean = state.get("prior_mean")  # absent before the option existed: zero
+        if (mean is None) != (self.prior_mean is None):
+            saved = "zero" if mean is None else "init"
+            raise ConfigError(
+                f"these priors are centred at {saved}, not at {self.mean.value}: "
+                f"set prior_mean (--prior-mean) to {saved}"
+            )
+        if mean is not None:
+            if mean.shape != self.prior_mean.shape:
+                raise ConfigError(
+                    f"the saved prior mean has {mean.numel()} values, this model "
+                    f"{self.prior_mean.numel()} trainable parameters"
+                )
+            self.prior_mean = mean.to(self.prior_mean)
         self.history = list(state["history"])
         self.gaps = list(state.get("gaps", []))
 

@@ -41,6 +41,39 @@ def test_penalty_is_half_the_precision_weighted_square_norm_over_n():
         torch.testing.assert_close(p.grad, delta[n] * p.detach() / 24)
 
 
+def test_a_prior_centred_at_init_penalises_only_what_training_added(tmp_path):
+    """``mean="init"``: zero penalty at the initial weights; after a move ``d`` the penalty
+    is ``1/2 sum delta d^2 / N`` with gradient ``delta d / N``; the evidence gets the same
+    mean; the mean survives a state-dict round trip into a learner of a different
+    initialisation, and a learner with the other mean refuses the state."""
+    model = user_model()
+    priors = PriorLearner(model, n_data=24, prior_precision=0.5, mean="init")
+    assert priors.penalty().item() == 0.0
+    moves = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.add_(moves[n])
+    value = priors.penalty()
+    expected = sum(0.5 * 0.5 * d.square().sum() / 24 for d in moves.values())
+    assert value.item() == pytest.approx(expected.item(), rel=1e-5)
+    value.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, 0.5 * moves[n] / 24)
+    assert priors.make_evidence().prior_mean is priors.prior_mean
+    torch.save(priors.state_dict(), tmp_path / "priors.pt")
+    state = torch.load(tmp_path / "priors.pt", weights_only=True)
+    other_model = user_model()
+    with torch.no_grad():  # another initialisation: the saved mean must win
+        for p in other_model.parameters():
+            p.mul_(2.0)
+    other = PriorLearner(other_model, n_data=24, mean="init")
+    assert not torch.equal(other.prior_mean, priors.prior_mean)
+    other.load_state_dict(state)
+    torch.testing.assert_close(other.prior_mean, priors.prior_mean, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="centred at init.*prior_mean"):
+        PriorLearner(user_model(), n_data=24).load_state_dict(state)
+
+
 def test_an_evidence_step_without_steps_is_the_laplace_evidence(float64):
     model = user_model()
     priors = PriorLearner(model, n_data=24, prior_precision=0.3)

@@ -332,6 +332,10 @@ class LaplaceEvidence:
         ggn: ``"exact"`` GGN (a backward pass per output) or ``"mc"``, a
             one-sample Monte-Carlo estimate of it (about C times cheaper for C
             classes, stochastic).
+        prior_mean: the prior's mean ``mu`` of every trainable parameter, (n_params,), in
+            the order of ``model.parameters()``; ``None`` (default): zero. It enters the
+            scatter term ``sum_t delta_t ||theta_t - mu_t||^2`` (laplace-torch's
+            ``prior_mean``); the curvature does not depend on it.
 
     Example:
         >>> evidence = LaplaceEvidence(model, PriorStructure(model))
@@ -349,9 +353,11 @@ class LaplaceEvidence:
         backend: Backend | str | None = None,
         sigma_noise: float = 1.0,
         ggn: str = "exact",
+        prior_mean: torch.Tensor | None = None,
     ):
         self.model = model
         self.prior = prior
+        self.prior_mean = prior_mean  # (n_params,) or None: zero
         self.likelihood = likelihood
         self.structure = HessianStructure.parse(structure, "Hessian structure")
         if backend is None:  # ella's own factors where they exist
@@ -422,6 +428,7 @@ class LaplaceEvidence:
             self.likelihood,
             sigma_noise=self.sigma_noise,
             prior_precision=torch.ones(self.prior.n_tensors),
+            prior_mean=0.0 if self.prior_mean is None else self.prior_mean,
             backend=_BACKENDS[self.backend],
             backend_kwargs={"stochastic": self.ggn == "mc"},
         )

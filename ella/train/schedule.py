@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.choices import GGN, Backend, HessianStructure, Optimizer, PriorMode, PriorUpdate
+from ella.choices import (
+    GGN,
+    Backend,
+    HessianStructure,
+    Optimizer,
+    PriorMean,
+    PriorMode,
+    PriorUpdate,
+)
 from ella.config import Config, option
 from ella.errors import ConfigError
 
@@ -45,6 +53,7 @@ class ScheduleConfig(OptimizerConfig):
     learn_priors: bool = True
     prior_structure: PriorMode = PriorMode.LAYER_PATH
     prior_precision: float = option(0.01, greater_than=0)
+    prior_mean: PriorMean = PriorMean.ZERO
     n_epochs_burnin: int = option(4, minimum=0)
     marglik_frequency: int = option(3, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.ADAM
@@ -116,6 +125,8 @@ SCHEDULE_HELP: dict[str, str] = {
     "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
     "parameter tensor) or scalar (one in all)",
     "prior_precision": "initial prior precision of every group",
+    "prior_mean": "centre of the weights' prior: zero (the reference) or init (the initial "
+    "weights, so the evidence prices what training added, not the random initialisation)",
     "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
     "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
     "prior_update": "adam: --n-hypersteps Adam steps per evidence fit (the reference); "

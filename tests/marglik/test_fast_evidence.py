@@ -11,11 +11,19 @@ from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.models import mixer
 
 
-def classification_evidence(backend: str, structure: str, n_data: int | None = None):
+def classification_evidence(
+    backend: str, structure: str, n_data: int | None = None, centred: bool = False
+):
+    """A width-1 C4 mixer on 20 random 8x8 images; ``centred``: the prior's mean is a random
+    vector (as the initial weights of a trained network would be)."""
     torch.manual_seed(0)
     model = mixer(1, 10, 8, "C4", width=1)
     x, y = torch.randn(20, 1, 8, 8), torch.randint(10, (20,))
-    evidence = LaplaceEvidence(model, PriorStructure(model, structure), backend=backend)
+    n_params = sum(p.numel() for p in model.parameters())
+    mean = torch.randn(n_params, generator=torch.Generator().manual_seed(1)) if centred else None
+    evidence = LaplaceEvidence(
+        model, PriorStructure(model, structure), backend=backend, prior_mean=mean
+    )
     evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8), n_data=n_data)
     return evidence
 
@@ -41,7 +49,29 @@ CASES = {
         "native", "layer_path", n_data=300
     ),
     "regression, sigma 0.3": regression_evidence,
+    "native, prior centred at a random mean": lambda: classification_evidence(
+        "native", "layer_path", centred=True
+    ),
 }
+
+
+def test_a_centred_prior_changes_only_the_scatter_term(float64):
+    """``log p(D|delta)`` with mean ``mu`` equals the zero-mean value plus
+    ``1/2 sum_t delta_t (||theta_t||^2 - ||theta_t - mu_t||^2)`` (the curvature and the
+    log determinants do not depend on the mean)."""
+    zero, centred = (classification_evidence("native", "tensor", centred=c) for c in (0, 1))
+    params = [p.detach().flatten() for p in zero.model.parameters()]
+    mu = torch.split(centred.prior_mean, [p.numel() for p in params])
+    log_delta = torch.linspace(-2.0, 1.0, zero.prior.n_groups)
+    delta = zero.prior.expand(log_delta.exp())
+    shift = 0.5 * sum(
+        d * (p.square().sum() - (p - m).square().sum())
+        for d, p, m in zip(delta, params, mu, strict=True)
+    )
+    expected = zero.log_marginal_likelihood(log_delta) + shift
+    assert centred.log_marginal_likelihood(log_delta).item() == pytest.approx(
+        expected.item(), rel=1e-10
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
