@@ -331,9 +331,6 @@ class PriorLearner:
                 f"these priors are for the groups {state['groups']}, not this model's "
                 f"{self.prior.names}"
             )
-        with torch.no_grad():
-            self.log_prior.copy_(state["log_prior"])
-        self.optimizer.load_state_dict(state["optimizer"])
         mean = state.get("prior_mean")  # absent before the option existed: zero
         if (mean is None) != (self.prior_mean is None):
             saved = "zero" if mean is None else "init"
@@ -341,12 +338,15 @@ class PriorLearner:
                 f"these priors are centred at {saved}, not at {self.mean.value}: "
                 f"set prior_mean (--prior-mean) to {saved}"
             )
+        if mean is not None and mean.shape != self.prior_mean.shape:
+            raise ConfigError(
+                f"the saved prior mean has {mean.numel()} values, this model "
+                f"{self.prior_mean.numel()} trainable parameters"
+            )
+        with torch.no_grad():
+            self.log_prior.copy_(state["log_prior"])
+        self.optimizer.load_state_dict(state["optimizer"])
         if mean is not None:
-            if mean.shape != self.prior_mean.shape:
-                raise ConfigError(
-                    f"the saved prior mean has {mean.numel()} values, this model "
-                    f"{self.prior_mean.numel()} trainable parameters"
-                )
             self.prior_mean = mean.to(self.prior_mean)
         self.history = list(state["history"])
         self.gaps = list(state.get("gaps", []))

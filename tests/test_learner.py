@@ -70,8 +70,10 @@ def test_a_prior_centred_at_init_penalises_only_what_training_added(tmp_path):
     assert not torch.equal(other.prior_mean, priors.prior_mean)
     other.load_state_dict(state)
     torch.testing.assert_close(other.prior_mean, priors.prior_mean, rtol=0, atol=0)
+    zero_mean = PriorLearner(user_model(), n_data=24)
     with pytest.raises(ConfigError, match="centred at init.*prior_mean"):
-        PriorLearner(user_model(), n_data=24).load_state_dict(state)
+        zero_mean.load_state_dict(state)
+    assert zero_mean.log_prior.detach().eq(0.0).all()  # refused before anything was loaded
 
 
 def test_an_evidence_step_without_steps_is_the_laplace_evidence(float64):
