@@ -128,3 +128,28 @@ def test_a_factor_lapack_returns_nan_for_is_decomposed_again(float64, monkeypatc
     monkeypatch.setattr(torch.linalg, "eigvalsh", lambda m, UPLO="L": m.diagonal() * float("nan"))
     with pytest.raises(EvidenceError, match="could not be eigendecomposed"):
         laplace_internals._factor_eigenvalues(factor)
+
+
+def test_a_subset_fit_decomposes_each_factor_once(monkeypatch):
+    """A subset fit is decomposed, then scaled and decomposed again; the lazy decomposition
+    computes nothing until it is read, so each dense factor meets eigvalsh once (the
+    default ``ella train`` fit: 1606 calls instead of 3212)."""
+    from ella.marglik import LaplaceEvidence, PriorStructure
+
+    x, y = regression_data()
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    evidence = LaplaceEvidence(
+        model, PriorStructure(model, "tensor"), likelihood="regression", sigma_noise=0.5
+    )
+    real, calls = torch.linalg.eigvalsh, []
+
+    def counting(matrix, UPLO="L"):
+        calls.append(tuple(matrix.shape))
+        return real(matrix, UPLO=UPLO)
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
+    evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8), n_data=4 * len(x))
+    dense = [
+        tuple(f.shape) for block in kron_factors(evidence.laplace) for f in block if f.ndim == 2
+    ]
+    assert sorted(calls) == sorted(dense)
