@@ -7,7 +7,8 @@ For finished ``ella train`` run directories, on their reported weights:
 * the mean FC/CONV/GCONV shares at the evidence's closed-form optimum
   (:meth:`ella.marglik.LaplaceEvidence.optimal_log_prior`) with ella's zero-mean prior,
   and with the prior centred at the initial weights (the scatter term
-  ``delta ||theta - theta_0||^2``, as laplace-torch's ``prior_mean`` would give);
+  ``delta ||theta - theta_0||^2``: the prior mean of ``--prior-mean init``), from the same
+  Kronecker factors;
 
 and, with ``--at-init DATASET``, the optimum's shares of the untrained network, with the
 true and with shuffled labels.
@@ -22,75 +23,79 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
+from ella.choices import PathName, PriorMode
+from ella.marglik import PriorStructure
 from ella.report import effective_parameter_report
 from ella.train import TrainConfig, Trainer
 from ella.train.runs import load_run
 
-PATHS = ("fc", "gconv", "conv")  # "gconv" before "conv": a GCONV tensor's name holds both
+PATHS = tuple(PathName)
 
 
 def mean_shares(report: dict) -> str:
     """``fc/conv/gconv`` mean shares in percent over the relaxed layers."""
     rows = report["layers"]
-    return "/".join(f"{sum(r[p] for r in rows) / len(rows):.0f}" for p in ("fc", "conv", "gconv"))
+    return "/".join(f"{sum(r[p] for r in rows) / len(rows):.0f}" for p in PATHS)
 
 
 def layer_shares(report: dict) -> str:
     return ", ".join(
-        f"{r['layer']} {r['fc']:.0f}/{r['conv']:.0f}/{r['gconv']:.0f}" for r in report["layers"]
+        f"{r['layer']} " + "/".join(f"{r[p]:.0f}" for p in PATHS) for r in report["layers"]
     )
 
 
 def movement(trainer: Trainer, initial: list[torch.Tensor]) -> dict[tuple[str, str], tuple]:
-    """Per (layer, path): ``||theta||^2 / ||theta_0||^2`` and
+    """Per (layer, path) prior group: ``||theta||^2 / ||theta_0||^2`` and
     ``||theta - theta_0||^2 / ||theta_0||^2``."""
-    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for (name, p), p0 in zip(trainer.net.named_parameters(), initial, strict=True):
-        parts = name.split(".")
-        path = next((x for x in PATHS if x in parts), None)
-        if path is None or "paths" not in parts:
-            continue
-        s = sums[parts[0], path]
-        s[0] += float(p.detach().pow(2).sum())
-        s[1] += float(p0.pow(2).sum())
-        s[2] += float((p.detach() - p0).pow(2).sum())
-    return {key: (n / n0, d / n0) for key, (n, n0, d) in sums.items()}
-
-
-def optimum_shares(trainer: Trainer, initial: list[torch.Tensor]) -> tuple[dict, dict]:
-    """The effective-parameter reports at the evidence's optimum with the zero-mean prior and
-    with the prior centred at ``initial`` (same Kronecker factors, same weights)."""
-    evidence = trainer.fit_evidence()
-    terms = evidence._terms  # the fast Kronecker terms: eigenvalues and squared norms
+    groups = PriorStructure(trainer.net, PriorMode.LAYER_PATH)
     params = [p.detach() for p in trainer.net.parameters() if p.requires_grad]
-    if [p.numel() for p in params] != [int(n) for n in terms.numels.tolist()]:
-        raise RuntimeError("the evidence's tensors are not the network's parameters in order")
-    zero_mean = effective_parameter_report(
-        trainer.net, evidence, evidence.optimal_log_prior().exp()
+    per_tensor = torch.tensor(
+        [
+            [p.square().sum(), p0.square().sum(), (p - p0).square().sum()]
+            for p, p0 in zip(params, initial, strict=True)
+        ],
+        dtype=torch.float64,
     )
-    squared = torch.stack([(p - p0).pow(2).sum() for p, p0 in zip(params, initial, strict=True)])
-    terms.squared_norms = squared.to(terms.squared_norms)
-    centred = effective_parameter_report(trainer.net, evidence, evidence.optimal_log_prior().exp())
-    return zero_mean, centred
+    sums = torch.zeros(groups.n_groups, 3, dtype=torch.float64).index_add_(
+        0, groups.index, per_tensor
+    )
+    result = {}
+    for name, (norm, norm0, moved) in zip(groups.names, sums.tolist(), strict=True):
+        layer, _, path = name.rpartition(".")
+        if path in PATHS:  # a relaxed layer's path, not a head or a user layer
+            result[layer, path] = (norm / norm0, moved / norm0)
+    return result
+
+
+def optimum_report(trainer: Trainer) -> dict:
+    """The effective-parameter report at the evidence's closed-form optimum, for the prior
+    mean of ``trainer.priors`` (the MC GGN's labels seeded, so that every call fits the
+    same Kronecker factors at the same weights)."""
+    torch.manual_seed(trainer.config.seed)
+    evidence = trainer.fit_evidence()
+    return effective_parameter_report(trainer.net, evidence, evidence.optimal_log_prior().exp())
 
 
 def trainer_at_init(config: TrainConfig) -> tuple[Trainer, list[torch.Tensor]]:
     """A trainer built as the run was (same seed: the same initial weights), and those weights."""
     trainer = Trainer(dataclasses.replace(config, progress=False), tempfile.mkdtemp() + "/run")
     trainer.state.epoch = config.epochs  # the evidence subset of the last epoch
-    return trainer, [p.detach().clone() for p in trainer.net.parameters()]
+    return trainer, [p.detach().clone() for p in trainer.net.parameters() if p.requires_grad]
 
 
 def read_run(run_dir: Path) -> list[str]:
     run = load_run(run_dir)
     trainer, initial = trainer_at_init(run.config)
     trainer.net.load_state_dict(run.model.state_dict())
-    zero_mean, centred = optimum_shares(trainer, initial)
+    trainer.priors.prior_mean = None  # zero, whatever the run trained with
+    zero_mean = optimum_report(trainer)
+    trainer.priors.prior_mean = parameters_to_vector(initial)  # as --prior-mean init would
+    centred = optimum_report(trainer)
     lines = [
         f"## {run_dir}",
         "",
@@ -111,12 +116,12 @@ def read_init(dataset: str, seed: int) -> list[str]:
     lines = [f"## {dataset}, untrained (seed {seed})", ""]
     for shuffled in (False, True):
         config = TrainConfig(dataset=dataset, validation_size=500, seed=seed)
-        trainer, initial = trainer_at_init(config)
+        trainer, _ = trainer_at_init(config)
         if shuffled:
             x, y = trainer.data.train.tensors
             order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed + 1))
             trainer.data.train.tensors = (x, y[order])
-        zero_mean, _ = optimum_shares(trainer, initial)
+        zero_mean = optimum_report(trainer)
         label = "shuffled labels" if shuffled else "true labels"
         lines.append(f"- {label}: mean shares {mean_shares(zero_mean)} ({layer_shares(zero_mean)})")
     return [*lines, ""]
