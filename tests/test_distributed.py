@@ -42,14 +42,19 @@ def run_torchrun(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subproce
     )
 
 
-def run_alone_and_torchrun(*args: str, one: list[str], two: list[str]):
-    """Run ``python ARGS ONE`` in one process and ``ARGS TWO`` under torchrun in two; both
-    must succeed. Returns torchrun's completed process."""
+def run_alone(*args: str) -> None:
+    """Run ``python ARGS`` in one process with one thread; it must succeed."""
     alone = subprocess.run(
-        [sys.executable, *args, *one], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert alone.returncode == 0, alone.stderr[-3000:]
+
+
+def run_alone_and_torchrun(*args: str, one: list[str], two: list[str]):
+    """Run ``python ARGS ONE`` in one process and ``ARGS TWO`` under torchrun in two; both
+    must succeed. Returns torchrun's completed process."""
+    run_alone(*args, *one)
     done = run_torchrun(*args, *two)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -183,11 +188,7 @@ def test_torchrun_train_survives_a_killed_process_and_ends_where_one_process_end
     (One test for both: each torchrun launch costs the suite about 15 s of start-up.)"""
     one, out = tmp_path / "one", tmp_path / "two"
     options = [*TRAIN, "--epochs", "3", "--n-epochs-burnin", "2"]
-    alone = subprocess.run(
-        [sys.executable, "-m", "ella", "train", *options, "--out", str(one)], cwd=ROOT,
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert alone.returncode == 0, alone.stderr[-3000:]
+    run_alone("-m", "ella", "train", *options, "--out", str(one))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     job = subprocess.Popen(
         torchrun("-m", "ella", "train", *options, "--out", str(out)), cwd=ROOT, env=env,
