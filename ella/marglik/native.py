@@ -352,6 +352,28 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
 
 
 # ---------------------------------------------------------------- the backend
+def _accumulate(
+    totals: list[list[torch.Tensor]] | None, sums: list[list[torch.Tensor]]
+) -> list[list[torch.Tensor]]:
+    """``totals + sums`` block by block, added in place into ``totals`` (``sums`` itself
+    when there are no totals yet; a tensor that appears twice in it is copied first, so
+    that adding in place cannot count it twice)."""
+    if totals is None:
+        seen: set[int] = set()
+        totals = []
+        for block in sums:
+            own = []
+            for t in block:
+                own.append(t.clone() if id(t) in seen else t)
+                seen.add(id(t))
+            totals.append(own)
+        return totals
+    for total, block in zip(totals, sums, strict=True):
+        for t, s in zip(total, block, strict=True):
+            t.add_(s)
+    return totals
+
+
 class NativeGGN(CurvatureInterface):
     """laplace-torch curvature backend with ella's batched Kronecker factors (``kron`` only).
 
@@ -375,7 +397,7 @@ class NativeGGN(CurvatureInterface):
         dict_key_x: str = "input_ids",
         dict_key_y: str = "labels",
         stochastic: bool = False,
-        chunk_size: int = 64,
+        chunk_size: int = 128,
     ):
         if last_layer or subnetwork_indices is not None:
             raise ValueError("the native backend computes the whole network's curvature only")
@@ -424,12 +446,7 @@ class NativeGGN(CurvatureInterface):
                     factor = block.output_factor(list(grads[start : start + n]))
                     per_block.append(factor if isinstance(factor, list) else [factor])
                     start += n
-            if sums is None:
-                sums = per_block
-            else:
-                for total, new in zip(sums, per_block, strict=True):
-                    for j, t in enumerate(new):
-                        total[j] = total[j] + t
+            sums = _accumulate(sums, per_block)
         return sums
 
     def _chunk_sums(
@@ -459,13 +476,7 @@ class NativeGGN(CurvatureInterface):
         for xc in torch.split(x, self.chunk_size):
             f, a_sums, b_sums = self._chunk_sums(xc)
             outputs.append(f)
-            if a_total is None:
-                a_total, b_total = a_sums, b_sums
-            else:
-                for totals, sums in ((a_total, a_sums), (b_total, b_sums)):
-                    for block_total, block in zip(totals, sums, strict=True):
-                        for j, t in enumerate(block):
-                            block_total[j] = block_total[j] + t
+            a_total, b_total = _accumulate(a_total, a_sums), _accumulate(b_total, b_sums)
         kfacs = []
         for block, a, b in zip(self.blocks, a_total, b_total, strict=True):
             kfacs += block.assemble(a, b, N)
