@@ -80,6 +80,11 @@ class PriorLearner:
         mean: where the prior is centred: ``zero`` (default, the reference) or ``init``,
             the model's trainable parameters when the learner is made (call it before
             training); kept in :meth:`state_dict`.
+        step: with ``update="optimum"``, the fraction of the way from the current log
+            precisions to the round's optimum that a round moves them, in (0, 1]:
+            ``log delta <- log delta + step (log delta* - log delta)``. 1 (default) sets
+            them to the optimum; a smaller step damps the fixed-point iteration that the
+            alternation of training and rounds is.
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
@@ -107,6 +112,7 @@ class PriorLearner:
         update: PriorUpdate | str = PriorUpdate.ADAM,
         data_parallel: bool | None = None,
         mean: PriorMean | str = PriorMean.ZERO,
+        step: float = 1.0,
     ):
         if not (isinstance(n_data, int) and n_data >= 1):
             raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
@@ -114,6 +120,8 @@ class PriorLearner:
             raise ConfigError(f"prior_precision must be positive, got {prior_precision}")
         if not (math.isfinite(lr) and lr > 0):
             raise ConfigError(f"lr must be positive, got {lr}")
+        if not (0 < step <= 1):
+            raise ConfigError(f"step must be in (0, 1], got {step}")
         self.model = model
         self.n_data = n_data
         self.prior = PriorStructure(model, structure)
@@ -131,6 +139,12 @@ class PriorLearner:
         )
         if self.update == "optimum" and self.hessian != "kron":
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
+        if step != 1 and self.update != "optimum":
+            raise ConfigError(
+                f"a step of {step} towards the optimum needs update='optimum' "
+                "(--prior-update optimum); Adam steps are set by lr and n_hypersteps"
+            )
+        self.step = float(step)
         device = next(model.parameters()).device
         self.log_prior = torch.full(
             (self.prior.n_groups,), math.log(prior_precision), device=device
@@ -157,6 +171,7 @@ class PriorLearner:
             ggn=config.ggn,
             update=config.prior_update,
             mean=config.prior_mean,
+            step=config.prior_step,
             **options,
         )
 
@@ -239,14 +254,15 @@ class PriorLearner:
 
     def hyper_steps(self, n_hypersteps: int) -> float:
         """Move the precisions with the last fit's factors: ``n_hypersteps`` Adam steps on
-        ``-log p(D|delta) / N`` (``update="adam"``), or to the round's optimum
-        (``update="optimum"``, ``n_hypersteps`` unused); returns the log evidence after."""
+        ``-log p(D|delta) / N`` (``update="adam"``), or ``step`` of the way to the round's
+        optimum (``update="optimum"``, ``n_hypersteps`` unused); returns the log evidence
+        after."""
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
         optimum = self.evidence.optimal_log_prior() if self.hessian == "kron" else None
         if self.update == "optimum":
             with torch.no_grad():
-                self.log_prior.copy_(optimum)
+                self.log_prior.add_(self.step * (optimum - self.log_prior))
         else:
             for _ in range(n_hypersteps):
                 self.optimizer.zero_grad(set_to_none=True)

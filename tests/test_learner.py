@@ -118,6 +118,24 @@ def test_the_optimum_update_reaches_the_best_evidence_of_the_round(float64):
         PriorLearner(user_model(), n_data=24, hessian="diag", backend="asdl", update="optimum")
 
 
+def test_a_damped_optimum_update_moves_the_given_fraction_of_the_way(float64):
+    loader = DataLoader(data(), batch_size=8)
+    half = PriorLearner(user_model(), n_data=24, prior_precision=0.3, update="optimum", step=0.5)
+    half.fit(loader)
+    before = half.log_prior.detach().clone()
+    optimum = half.evidence.optimal_log_prior()
+    half.hyper_steps(0)
+    torch.testing.assert_close(half.log_prior.detach(), before + 0.5 * (optimum - before))
+    assert half.gaps == [pytest.approx(0.5 * (optimum - before).abs().max().item())]
+    # a second round at the same fit halves the distance again
+    half.hyper_steps(0)
+    torch.testing.assert_close(half.log_prior.detach(), optimum - 0.25 * (optimum - before))
+    with pytest.raises(ConfigError, match="needs update='optimum'"):
+        PriorLearner(user_model(), n_data=24, step=0.5)
+    with pytest.raises(ConfigError, match=r"step must be in \(0, 1\]"):
+        PriorLearner(user_model(), n_data=24, update="optimum", step=1.5)
+
+
 def test_prior_convergence_compares_the_last_two_rounds():
     rounds = [{"a": 1.0, "b": 2.0}, {"a": 1.5, "b": 2.0}, {"a": 1.5, "b": 2.1}]
     result = prior_convergence(rounds)

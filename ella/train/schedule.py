@@ -57,6 +57,7 @@ class ScheduleConfig(OptimizerConfig):
     n_epochs_burnin: int = option(4, minimum=0)
     marglik_frequency: int = option(3, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.ADAM
+    prior_step: float = option(1.0, greater_than=0, maximum=1)
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     backend: Backend = Backend.NATIVE
@@ -67,6 +68,11 @@ class ScheduleConfig(OptimizerConfig):
         super().check()
         if self.prior_update == "optimum" and self.hessian != "kron":
             raise ConfigError("--prior-update optimum needs --hessian kron")
+        if self.prior_step != 1 and self.prior_update != "optimum":
+            raise ConfigError(
+                f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
+                "are set by --lr-hyp and --n-hypersteps)"
+            )
         if self.backend == "native" and self.hessian != "kron":
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
@@ -131,6 +137,8 @@ SCHEDULE_HELP: dict[str, str] = {
     "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
     "prior_update": "adam: --n-hypersteps Adam steps per evidence fit (the reference); "
     "optimum: the fit's maximum of the evidence, per prior group in closed form",
+    "prior_step": "with --prior-update optimum: the fraction of the way to each round's "
+    "optimum that the log precisions move (1: to the optimum; below 1 damps the rounds)",
     "n_hypersteps": "Adam steps on the prior precisions per evidence fit (--prior-update adam)",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "backend": "curvature backend of the Laplace evidence",
