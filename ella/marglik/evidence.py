@@ -64,16 +64,14 @@ def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
 
 
 def _checking_finiteness(backend: type) -> type:
-    """``backend`` with every batch's curvature checked for finiteness as it is computed,
-    so that a non-finite factor is refused before laplace-torch decomposes it (and may call
-    ``exit()``)."""
+    """``backend`` with every batch's dense or diagonal curvature checked for finiteness as
+    it is computed, so that a non-finite Hessian is refused before laplace-torch
+    decomposes it (and may call ``exit()``). Kronecker factors are not checked per batch:
+    laplace-torch only adds them up (:func:`fit_undecomposed`), a non-finite entry stays
+    non-finite in the sum, and :meth:`LaplaceEvidence.fit` checks the sum once before
+    anything decomposes it (two of three passes over the factors saved per fit)."""
 
     class Checked(backend):
-        def kron(self, *args, **kwargs):
-            loss, kron = super().kron(*args, **kwargs)
-            _require_finite(f for block in kron.kfacs for f in block)
-            return loss, kron
-
         def full(self, *args, **kwargs):
             loss, hessian = super().full(*args, **kwargs)
             _require_finite([hessian])

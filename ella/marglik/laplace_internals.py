@@ -26,7 +26,7 @@ the attribute, instead of the evidence going wrong somewhere else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -65,13 +65,19 @@ def _robust_symmetric(decomposition: Callable[..., Any], factor: torch.Tensor) -
     eigenvalues, for which LAPACK may fail or silently return NaN (seen with eigvalsh on the
     lower triangle of a 256 x 256 float32 FC factor of rank 124): a result that is not
     finite is retried with ``+I`` (removed again afterwards), then in float64."""
-    eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
 
     def finite(result: Any) -> bool:
         parts = result if isinstance(result, tuple) else (result,)
         return all(bool(torch.isfinite(p).all()) for p in parts)
 
-    for attempt, shift in ((factor, 0.0), (factor + eye, 1.0), (factor.double() + eye, 1.0)):
+    def attempts() -> Iterator[tuple[torch.Tensor, float]]:
+        # made one at a time: almost every factor succeeds at the first
+        yield factor, 0.0
+        eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
+        yield factor + eye, 1.0
+        yield factor.double() + eye, 1.0
+
+    for attempt, shift in attempts():
         try:
             result = decomposition(attempt, UPLO="U")
         except RuntimeError:  # did not converge
