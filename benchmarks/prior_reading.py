@@ -16,6 +16,11 @@ true and with shuffled labels.
 Run by hand (issue 13); the figures are in ``benchmarks/results/recipe.md``::
 
     python -m benchmarks.prior_reading RUN_DIR [RUN_DIR ...] [--at-init mnist_subset]
+        [--all-images]
+
+Each reading also gives the log evidence at the optimum and its three terms (log
+likelihood, and the Occam factor's ``-1/2 log det`` and ``-1/2 scatter``), which compare
+runs of different models on the same data (model selection by the evidence).
 """
 
 from __future__ import annotations
@@ -75,22 +80,43 @@ def movement(trainer: Trainer, initial: list[torch.Tensor]) -> dict[tuple[str, s
 def optimum_report(trainer: Trainer) -> dict:
     """The effective-parameter report at the evidence's closed-form optimum, for the prior
     mean of ``trainer.priors`` (the MC GGN's labels seeded, so that every call fits the
-    same Kronecker factors at the same weights)."""
+    same Kronecker factors at the same weights), with the log evidence there and its terms
+    under ``"evidence"``."""
     torch.manual_seed(trainer.config.seed)
     evidence = trainer.fit_evidence()
-    return effective_parameter_report(trainer.net, evidence, evidence.optimal_log_prior().exp())
+    optimum = evidence.optimal_log_prior()
+    report = effective_parameter_report(trainer.net, evidence, optimum.exp())
+    with torch.no_grad():
+        report["evidence"] = {k: float(v) for k, v in evidence.terms(optimum).items()}
+    return report
 
 
-def trainer_at_init(config: TrainConfig) -> tuple[Trainer, list[torch.Tensor]]:
-    """A trainer built as the run was (same seed: the same initial weights), and those weights."""
-    trainer = Trainer(dataclasses.replace(config, progress=False), tempfile.mkdtemp() + "/run")
+def evidence_line(report: dict) -> str:
+    """``log evidence E (log lik L, -log det / 2 D, -scatter / 2 S; P effective)``."""
+    terms = report["evidence"]
+    effective = sum(row["total_effective"] for row in report["layers"])
+    return (
+        f"log evidence {sum(terms.values()):.1f} (log lik {terms['log_likelihood']:.1f}, "
+        f"-log det / 2 {terms['log_det']:.1f}, -scatter / 2 {terms['scatter']:.1f}; "
+        f"{effective:.0f} effective parameters in the relaxed layers)"
+    )
+
+
+def trainer_at_init(
+    config: TrainConfig, all_images: bool = False
+) -> tuple[Trainer, list[torch.Tensor]]:
+    """A trainer built as the run was (same seed: the same initial weights), and those weights;
+    with ``all_images`` its evidence is fitted on every training image instead of the run's
+    subset."""
+    changes = dict(progress=False) | (dict(marglik_subset_size=None) if all_images else {})
+    trainer = Trainer(dataclasses.replace(config, **changes), tempfile.mkdtemp() + "/run")
     trainer.state.epoch = config.epochs  # the evidence subset of the last epoch
     return trainer, [p.detach().clone() for p in trainer.net.parameters() if p.requires_grad]
 
 
-def read_run(run_dir: Path) -> list[str]:
+def read_run(run_dir: Path, all_images: bool = False) -> list[str]:
     run = load_run(run_dir)
-    trainer, initial = trainer_at_init(run.config)
+    trainer, initial = trainer_at_init(run.config, all_images)
     trainer.net.load_state_dict(run.model.state_dict())
     trainer.priors.prior_mean = None  # zero, whatever the run trained with
     zero_mean = optimum_report(trainer)
@@ -101,8 +127,11 @@ def read_run(run_dir: Path) -> list[str]:
         "",
         f"- optimum, zero-mean prior: mean shares {mean_shares(zero_mean)} "
         f"({layer_shares(zero_mean)})",
+        f"  - {evidence_line(zero_mean)}",
         f"- optimum, prior centred at the initial weights: mean shares {mean_shares(centred)} "
         f"({layer_shares(centred)})",
+        f"  - {evidence_line(centred)}",
+        f"- evidence fitted on {'all training images' if all_images else 'the evidence subset'}",
         "",
         "| layer | path | ‖θ‖²/‖θ₀‖² | ‖θ−θ₀‖²/‖θ₀‖² |",
         "|---|---|---:|---:|",
@@ -132,6 +161,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("runs", nargs="*", type=Path, help="run directories of ella train")
     parser.add_argument("--at-init", action="append", default=[], metavar="DATASET")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--all-images",
+        action="store_true",
+        help="fit each run's evidence on all its training images (default: the run's "
+        "evidence subset of its last epoch)",
+    )
     args = parser.parse_args(argv)
     if not args.runs and not args.at_init:
         parser.error("give run directories, --at-init DATASET, or both")
@@ -139,7 +174,7 @@ def main(argv: list[str] | None = None) -> str:
     for dataset in args.at_init:
         lines += read_init(dataset, args.seed)
     for run_dir in args.runs:
-        lines += read_run(run_dir)
+        lines += read_run(run_dir, args.all_images)
     text = "\n".join(lines)
     print(text)
     return text

@@ -264,16 +264,28 @@ class KronEvidenceTerms:
             la.log_likelihood.detach(),
         )
 
-    def log_marginal_likelihood(
+    def terms(
         self, prior: PriorStructure, log_prior_precision: torch.Tensor
-    ) -> torch.Tensor:
-        """``log p(D|theta) - 1/2 [log det(H + P) - log det P + theta^T P theta]``."""
+    ) -> dict[str, torch.Tensor]:
+        """The three terms whose sum is :meth:`log_marginal_likelihood`: ``log_likelihood``
+        ``log p(D|theta)``, ``log_det`` ``-1/2 [log det(H + P) - log det P]`` and
+        ``scatter`` ``-1/2 theta^T P theta`` (the last two are the Occam factor)."""
         log_delta = prior.expand(log_prior_precision).to(self.eigenvalues)  # (T,)
         delta = log_delta.exp()
         log_det_posterior = torch.log(self.eigenvalues + delta[self.tensor_index]).sum()
         log_det_prior = (self.numels * log_delta).sum()
-        scatter = (delta * self.squared_norms).sum()
-        return self.log_likelihood - 0.5 * (log_det_posterior - log_det_prior + scatter)
+        return {
+            "log_likelihood": self.log_likelihood,
+            "log_det": -0.5 * (log_det_posterior - log_det_prior),
+            "scatter": -0.5 * (delta * self.squared_norms).sum(),
+        }
+
+    def log_marginal_likelihood(
+        self, prior: PriorStructure, log_prior_precision: torch.Tensor
+    ) -> torch.Tensor:
+        """``log p(D|theta) - 1/2 [log det(H + P) - log det P + theta^T P theta]``."""
+        parts = self.terms(prior, log_prior_precision)
+        return parts["log_likelihood"] + parts["log_det"] + parts["scatter"]
 
     @torch.no_grad()
     def optimal_log_prior(
@@ -535,6 +547,15 @@ class LaplaceEvidence:
         precision = self.prior.expand(log_prior_precision.exp()).to(parameter_dtype(la))
         with dependency_may_not_exit("the log marginal likelihood"):
             return la.log_marginal_likelihood(prior_precision=precision)
+
+    def terms(self, log_prior_precision: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The log likelihood and the two Occam terms whose sum is the log evidence
+        (:meth:`KronEvidenceTerms.terms`; Kronecker structure)."""
+        if self._terms is None:
+            raise ConfigError(
+                "the terms of the evidence need the Kronecker Hessian (kron) and a fitted evidence"
+            )
+        return self._terms.terms(self.prior, log_prior_precision)
 
     def optimal_log_prior(self) -> torch.Tensor:
         """The log precisions (n_groups,) that maximise the evidence at the fitted weights

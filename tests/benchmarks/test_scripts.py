@@ -95,6 +95,15 @@ def test_prior_reading_rereads_a_run_as_its_trainer_did(tmp_path):
         for p in ("fc", "conv", "gconv")
     )
     assert f"optimum, zero-mean prior: mean shares {mean} " in text
+    # the run's last round set the priors to this optimum at these weights and this fit
+    # (all images, exact GGN), so the log evidence there is the run's own
+    evidence = [line for line in text.splitlines() if line.startswith("  - log evidence")]
+    assert len(evidence) == 2
+    value = float(evidence[0].split()[3])
+    assert value == pytest.approx(results["log_marglik_reported_state"], rel=1e-5, abs=0.1)
+    terms = evidence[0].split("(")[1].replace(",", "").replace(";", "").split()
+    parts = [float(terms[2]), float(terms[7]), float(terms[11])]
+    assert sum(parts) == pytest.approx(value, abs=0.15)
     rows = [
         line.split("|")
         for line in text.splitlines()

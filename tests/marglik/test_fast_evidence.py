@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.models import mixer
 
@@ -160,3 +161,27 @@ def test_optimal_log_prior_maximises_the_closed_form_evidence_of_linear_regressi
     assert abs(grad.item()) < 1e-6
     assert closed_form(log_delta + 0.05) < closed_form(log_delta)
     assert closed_form(log_delta - 0.05) < closed_form(log_delta)
+
+
+def test_the_terms_are_the_likelihood_and_the_two_occam_factors(float64):
+    """``terms`` splits the log evidence into laplace-torch's log likelihood, the scatter
+    ``-1/2 sum_i delta_i (theta_i - mu_i)^2`` computed here from the weights, and the log
+    determinant ratio ``-1/2 log det(I + H / delta)`` of laplace-torch's own posterior."""
+    evidence = classification_evidence("native", "layer_path", centred=True)
+    log_delta = torch.linspace(-2.0, 1.0, evidence.prior.n_groups)
+    parts = evidence.terms(log_delta)
+    total = evidence.log_marginal_likelihood(log_delta)
+    torch.testing.assert_close(sum(parts.values()), total)
+    la = evidence.laplace
+    torch.testing.assert_close(parts["log_likelihood"], la.log_likelihood)
+    delta = evidence.prior.expand_diagonal(log_delta.exp())
+    theta = torch.cat([p.detach().flatten() for p in evidence.model.parameters()])
+    scatter = -0.5 * (delta * (theta - evidence.prior_mean) ** 2).sum()
+    torch.testing.assert_close(parts["scatter"], scatter.to(parts["scatter"]))
+    la.prior_precision = evidence.prior.expand(log_delta.exp())
+    log_det_ratio = la.log_det_ratio  # log det(H + P) - log det P, laplace-torch's
+    torch.testing.assert_close(parts["log_det"], (-0.5 * log_det_ratio).to(parts["log_det"]))
+    with pytest.raises(ConfigError, match="Kronecker"):
+        LaplaceEvidence(evidence.model, evidence.prior, structure="diag", backend="asdl").terms(
+            log_delta
+        )
