@@ -326,8 +326,8 @@ class KronEvidenceTerms:
         # eigenvalues sorted by group, so that per-group sums are sums of slices
         order = torch.argsort(group_of_eigenvalue, stable=True)
         eigenvalues = self.eigenvalues.double()[order]
-        sizes = torch.bincount(group_of_eigenvalue, minlength=prior.n_groups).tolist()
-        sizes_t = torch.tensor(sizes, device=eigenvalues.device)
+        counts = torch.bincount(group_of_eigenvalue, minlength=prior.n_groups)  # (n_groups,)
+        sizes = counts.tolist()
         squared = eigenvalues.new_zeros(prior.n_groups)  # ||theta_g - mu_g||^2
         squared.index_add_(0, group_of_tensor, self.squared_norms.double())
         low = torch.full_like(squared, bounds[0])
@@ -336,15 +336,16 @@ class KronEvidenceTerms:
         def group_sums(values: torch.Tensor) -> torch.Tensor:
             return torch.stack([part.sum() for part in values.split(sizes)])
 
-        def gamma_of(u: torch.Tensor) -> torch.Tensor:
-            return eigenvalues / (eigenvalues + u.exp().repeat_interleave(sizes_t))
+        def ratios(u: torch.Tensor) -> torch.Tensor:
+            """``r_i = h lambda_i / (h lambda_i + delta_g)`` for every eigenvalue, (P,)."""
+            return eigenvalues / (eigenvalues + u.exp().repeat_interleave(counts))
 
         def rising(u: torch.Tensor) -> torch.Tensor:
             """Whether the evidence still increases with delta at ``u``."""
-            return group_sums(gamma_of(u)) > squared * u.exp()
+            return group_sums(ratios(u)) > squared * u.exp()
 
         def f_and_slope(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            r = gamma_of(u)
+            r = ratios(u)
             gamma, spread = group_sums(r), group_sums(r * (1 - r))
             return gamma.log() - u - squared.log(), -1 - spread / gamma
 
@@ -548,24 +549,26 @@ class LaplaceEvidence:
         with dependency_may_not_exit("the log marginal likelihood"):
             return la.log_marginal_likelihood(prior_precision=precision)
 
+    def _kron_terms(self, what: str) -> KronEvidenceTerms:
+        """The gathered Kronecker terms, or a :class:`ConfigError` saying that ``what``
+        needs them."""
+        if self._terms is None:
+            raise ConfigError(
+                f"{what} needs the Kronecker Hessian (--hessian kron) and a fitted evidence"
+            )
+        return self._terms
+
     def terms(self, log_prior_precision: torch.Tensor) -> dict[str, torch.Tensor]:
         """The log likelihood and the two Occam terms whose sum is the log evidence
         (:meth:`KronEvidenceTerms.terms`; Kronecker structure)."""
-        if self._terms is None:
-            raise ConfigError(
-                "the terms of the evidence need the Kronecker Hessian (kron) and a fitted evidence"
-            )
-        return self._terms.terms(self.prior, log_prior_precision)
+        return self._kron_terms("splitting the evidence into its terms").terms(
+            self.prior, log_prior_precision
+        )
 
     def optimal_log_prior(self) -> torch.Tensor:
         """The log precisions (n_groups,) that maximise the evidence at the fitted weights
         and curvature (:meth:`KronEvidenceTerms.optimal_log_prior`; Kronecker structure)."""
-        if self._terms is None:
-            raise ConfigError(
-                "the closed-form prior optimum needs the Kronecker Hessian (--hessian kron) "
-                "and a fitted evidence"
-            )
-        return self._terms.optimal_log_prior(self.prior)
+        return self._kron_terms("the closed-form prior optimum").optimal_log_prior(self.prior)
 
     def laplace_log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
         """The same value computed by laplace-torch itself, block by block (the reference)."""
