@@ -52,7 +52,7 @@ DATA_EXTENTS = {
     "translated_mnist": {"translate_x": 8 / 14, "translate_y": 8 / 14},
     "scaled_mnist": {"scale_x": math.log(1.4), "scale_y": math.log(1.4)},
 }
-COMMON = dict(model="mlp", width=2, prior_structure="tensor", ggn="mc")
+COMMON = dict(model="mlp", width=2, prior_structure="tensor", ggn="mc", augment="none")
 PROFILES = {
     "smoke": {**SMOKE, **COMMON, "invariance_samples": 2, "invariance_eval_samples": 2,
               "invariance_marglik_size": 32},

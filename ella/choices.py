@@ -13,6 +13,7 @@ from ella.config import Choice
 __all__ = [
     "Augmentation",
     "Backend",
+    "Downsampling",
     "EnsembleMethod",
     "FCMode",
     "GConvMode",
@@ -25,6 +26,7 @@ __all__ = [
     "LayerGroup",
     "Likelihood",
     "Lengthscales",
+    "LRScaling",
     "ModelName",
     "Optimizer",
     "PathName",
@@ -38,6 +40,24 @@ class Optimizer(Choice):
 
     ADAM = "adam"
     SGD = "sgd"
+
+
+class LRScaling(Choice):
+    """Learning rate of each weight tensor relative to ``--lr`` (Adam only).
+
+    ``none``: every tensor at ``lr``.
+    ``fan_in``: a weight tensor with fan-in ``n`` (its input features times its
+    kernel's positions) above :data:`ella.train.schedule.FAN_IN_REFERENCE` learns
+    at ``lr * FAN_IN_REFERENCE / n``; biases and smaller tensors at ``lr``. Adam
+    moves every weight by about ``lr`` per step whatever its gradient, so a
+    unit's output moves by about ``lr`` times its fan-in: an FC path's pixel map
+    (fan-in 784 at 28x28) would change its output 10x faster than a 3x3
+    convolution's filter. The rule is the maximal-update parametrisation's for
+    Adam's hidden weights (Yang et al., "Tensor Programs V", 2022).
+    """
+
+    NONE = "none"
+    FAN_IN = "fan_in"
 
 
 class ModelName(Choice):
@@ -93,6 +113,23 @@ class Normalisation(Choice):
 
     NONE = "none"
     INSTANCE = "instance"
+
+
+class Downsampling(Choice):
+    """How a stride-2 CONV or GCONV path halves its full-resolution output.
+
+    ``polyphase``: keep, per example, the polyphase component with the largest
+    absolute value (adaptive polyphase sampling, Chaman & Dokmanic, CVPR 2021):
+    exactly equivariant to circular shifts and to the group.
+    ``max``: the maximum of every 2x2 block. Exactly equivariant to the
+    rotations and flips of C4/D4 (an even-sized grid's 2x2 blocks map onto
+    each other), approximately to shifts, and locally shift invariant, which is
+    why small CNNs generalise better with it. The FC path maps straight to the
+    smaller size and is not affected.
+    """
+
+    POLYPHASE = "polyphase"
+    MAX = "max"
 
 
 class HeadInit(Choice):

@@ -104,12 +104,14 @@ def random_scales(n: int, low: float, high: float, generator: torch.Generator) -
 AUGMENTATIONS = Augmentation.values()
 
 
-def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
+def augment(
+    x: torch.Tensor, kind: str, generator: torch.Generator, max_shift: int = 4
+) -> torch.Tensor:
     """Training-time augmentation of a batch, drawn independently per image.
 
     ``kind``: ``none``; ``c4``/``d4`` (a random exact group element); ``rotate``
-    (angle U[-180, 180] degrees); ``translate`` (shift U{-4..4} pixels); ``scale``
-    (factor log-uniform in [0.8, 1.25]).
+    (angle U[-180, 180] degrees); ``translate`` (shift U{-max_shift..max_shift}
+    pixels along each axis); ``scale`` (factor log-uniform in [0.8, 1.25]).
     """
     n = len(x)
     if kind == "none":
@@ -120,7 +122,7 @@ def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Ten
     if kind == "rotate":
         return rotate(x, random_angles(n, 180.0, generator))
     if kind == "translate":
-        return translate(x, random_shifts(n, 4, generator))
+        return translate(x, random_shifts(n, max_shift, generator))
     if kind == "scale":
         return scale(x, random_scales(n, 0.8, 1.25, generator))
     raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ella.choices import (
+    Downsampling,
     EnsembleMethod,
     FCMode,
     GConvMode,
@@ -59,6 +60,7 @@ class EnsembleConfig(OptimizerConfig):
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
     norm: Normalisation = Normalisation.NONE
+    downsample: Downsampling = Downsampling.POLYPHASE
     # ensemble
     members: int = option(5, minimum=1)
     method: EnsembleMethod = EnsembleMethod.DE
@@ -126,6 +128,9 @@ HELP: dict[str, str] = {
     "per copy)",
     "norm": "mixer: instance normalises every layer before its ReLU (per image and channel "
     "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
+    "downsample": "mixer: how the stride-2 CONV and GCONV paths halve their output: "
+    "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
+    "group equivariant, locally shift invariant)",
     "fc_mode": "mixer FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",

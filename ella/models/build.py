@@ -22,11 +22,12 @@ class ModelOptions(Protocol):
     gconv_mode: str
     fc_mode: str
     norm: str
+    downsample: str
 
 
 def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: int) -> nn.Module:
     """A plain baseline (``mlp``, ``cnn``: ``width`` only) or a mixer with every mixer option
-    of ``config`` (paths, group, width, GCONV and FC modes, normalisation)."""
+    of ``config`` (paths, group, width, GCONV and FC modes, normalisation, downsampling)."""
     if config.model in BASELINE_MODELS:
         return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
     return mixer(
@@ -39,4 +40,5 @@ def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: 
         gconv_mode=config.gconv_mode,
         fc_mode=config.fc_mode,
         norm=config.norm,
+        downsample=config.downsample,
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ella.choices import Downsampling
 from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
@@ -94,6 +95,7 @@ class Mixer(nn.Module):
         pool: str = "max",
         head_multiplier: int = 4,
         norm: str = "none",
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
         super().__init__()
         if in_channels < 1 or num_classes < 1 or width < 1:
@@ -122,6 +124,7 @@ class Mixer(nn.Module):
                     stride=s.stride,
                     fc_mode=fc_mode,
                     gconv_mode=gconv_mode,
+                    downsample=downsample,
                     # one value per channel (trivial group, 1x1 map) cannot be normalised
                     norm=norm if self.group.order * s.out_size[0] * s.out_size[1] > 1 else "none",
                 ),
@@ -235,7 +238,8 @@ def mixer(
         width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
         **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
             ``fc_mode``, ``gconv_mode``, ``pool``, ``head_multiplier``, ``norm``:
-            ``"instance"`` normalises before every ReLU, see :class:`~ella.nn.RelaxedLayer`).
+            ``"instance"`` normalises before every ReLU, ``downsample``: ``"polyphase"`` or
+            ``"max"`` in the stride-2 layers; see :class:`~ella.nn.RelaxedLayer`).
 
     Example:
         >>> model = mixer(1, 10, 28, group="C4", paths=("fc", "conv", "gconv"))

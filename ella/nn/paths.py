@@ -15,9 +15,10 @@ Automatically using Gradients", NeurIPS 2023, Sec. 3):
   equivariant to (circular) translations only.
 * :class:`GConvPath` -- group convolution: exactly equivariant to the group.
 
-A path with ``stride=2`` computes at full resolution and keeps one polyphase
-component per sample (:mod:`ella.nn.downsample`); the FC path maps straight to
-the smaller output grid.
+A CONV or GCONV path with ``stride=2`` computes at full resolution and halves
+its output by ``downsample`` (:mod:`ella.nn.downsample`: one polyphase
+component per sample, or 2x2 max); the FC path maps straight to the smaller
+output grid.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ella.choices import Downsampling
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
-from ella.nn.downsample import polyphase_downsample
+from ella.nn.downsample import downsample as downsample_by
 
 FCMode = Literal["factorized", "dense"]
 GConvMode = Literal["full", "shared"]
@@ -77,6 +79,7 @@ class Path(nn.Module):
         image_size: int | tuple[int, int],
         group: str | Group,
         stride: int,
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
         super().__init__()
         if in_channels < 1 or out_channels < 1:
@@ -97,6 +100,7 @@ class Path(nn.Module):
         if stride == 2 and (self.in_size[0] % 2 or self.in_size[1] % 2):
             raise ValueError(f"stride 2 needs an even image size, got {self.in_size}")
         self.stride = stride
+        self.downsample = Downsampling.parse(downsample, "downsample")
         self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
 
     def check_input(self, z: torch.Tensor) -> None:
@@ -109,7 +113,7 @@ class Path(nn.Module):
         )
 
     def _downsample(self, z: torch.Tensor) -> torch.Tensor:
-        return polyphase_downsample(z) if self.stride == 2 else z
+        return downsample_by(z, self.downsample) if self.stride == 2 else z
 
     def extra_repr(self) -> str:
         return (
@@ -149,8 +153,9 @@ class ConvPath(Path):
         group: str | Group = "C4",
         kernel_size: int = 3,
         stride: int = 1,
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
-        super().__init__(in_channels, out_channels, image_size, group, stride)
+        super().__init__(in_channels, out_channels, image_size, group, stride, downsample)
         k = _check_kernel(kernel_size)
         g = self.group.order
         self.conv = _init_conv(
@@ -201,8 +206,9 @@ class GConvPath(Path):
         kernel_size: int = 3,
         stride: int = 1,
         mode: GConvMode = "full",
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
-        super().__init__(in_channels, out_channels, image_size, group, stride)
+        super().__init__(in_channels, out_channels, image_size, group, stride, downsample)
         if mode not in ("full", "shared"):
             raise ValueError(f"GConvPath mode must be 'full' or 'shared', got {mode!r}")
         k = _check_kernel(kernel_size)

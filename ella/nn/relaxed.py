@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ella.choices import Normalisation, PathName
+from ella.choices import Downsampling, Normalisation, PathName
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.paths import (
@@ -75,7 +75,8 @@ class RelaxedLayer(nn.Module):
         group: a :class:`~ella.groups.Group` or its name (``"trivial"``, ``"C4"``, ``"D4"``).
         paths: any non-empty subset of ``("fc", "conv", "gconv")``.
         kernel_size: odd kernel size of the CONV and GCONV paths.
-        stride: 1, or 2 for per-sample polyphase downsampling.
+        stride: 1, or 2: the CONV and GCONV paths compute at full resolution and halve
+            their output by ``downsample``; the FC path maps to the smaller grid.
         fc_mode: ``"factorized"`` or ``"dense"`` (see :class:`~ella.nn.FCPath`).
         gconv_mode: ``"full"`` or ``"shared"`` (see :class:`~ella.nn.GConvPath`).
         activation: apply a ReLU after averaging the paths.
@@ -86,6 +87,9 @@ class RelaxedLayer(nn.Module):
             Kronecker-factored evidence applies unchanged. At a fixed Adam budget
             it raises the accuracy of CONV- and GCONV-only mixers by 10-24 points
             (``benchmarks/results/trainability.md``).
+        downsample: ``"polyphase"`` (exactly shift and group equivariant) or ``"max"``
+            (2x2 max; exactly group equivariant, locally shift invariant); see
+            :class:`~ella.choices.Downsampling`.
 
     Shapes:
         input (B, |G|, in_channels, H, W) -> output (B, |G|, out_channels, H/stride, W/stride).
@@ -104,6 +108,7 @@ class RelaxedLayer(nn.Module):
         gconv_mode: GConvMode = "full",
         activation: bool = True,
         norm: Normalisation | str = "none",
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
         super().__init__()
         self.group = layer_group(group)
@@ -121,8 +126,10 @@ class RelaxedLayer(nn.Module):
         )
         builders = {
             "fc": lambda: FCPath(**common, mode=fc_mode),
-            "conv": lambda: ConvPath(**common, kernel_size=kernel_size),
-            "gconv": lambda: GConvPath(**common, kernel_size=kernel_size, mode=gconv_mode),
+            "conv": lambda: ConvPath(**common, kernel_size=kernel_size, downsample=downsample),
+            "gconv": lambda: GConvPath(
+                **common, kernel_size=kernel_size, mode=gconv_mode, downsample=downsample
+            ),
         }
         self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
         self.out_size = next(iter(self.paths.values())).out_size

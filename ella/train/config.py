@@ -8,6 +8,7 @@ from typing import ClassVar
 from ella.choices import (
     GGN,
     Augmentation,
+    Downsampling,
     FCMode,
     GConvMode,
     Generator,
@@ -78,7 +79,13 @@ class TrainConfig(ScheduleConfig):
 
     #: what ella did before an option existed, where its default is different now: a
     #: checkpoint that lacks the option ran with this value (:func:`ella.io.load_checkpoint`)
-    ABSENT_MEANS: ClassVar[dict[str, object]] = {"norm": "none", "head_init": "default"}
+    ABSENT_MEANS: ClassVar[dict[str, object]] = {
+        "norm": "none",
+        "head_init": "default",
+        "augment": "none",
+        "augment_shift": 4,
+        "downsample": "polyphase",
+    }
 
     # data
     dataset: str = "mnist_subset"
@@ -86,7 +93,8 @@ class TrainConfig(ScheduleConfig):
     train_size: int | None = option(3000, minimum=1)
     test_size: int | None = option(None, minimum=1)
     validation_size: int = option(0, minimum=0)
-    augment: Augmentation = Augmentation.NONE
+    augment: Augmentation = Augmentation.TRANSLATE
+    augment_shift: int = option(2, minimum=1)
     # model
     paths: tuple[PathName, ...] = tuple(PathName)
     group: LayerGroup = LayerGroup.C4
@@ -94,6 +102,7 @@ class TrainConfig(ScheduleConfig):
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
     norm: Normalisation = Normalisation.INSTANCE
+    downsample: Downsampling = Downsampling.MAX
     model: ModelName = ModelName.MIXER
     head_init: HeadInit = HeadInit.DATA
     # learned input invariance
@@ -139,7 +148,11 @@ class TrainConfig(ScheduleConfig):
         if not self.generators:
             raise ConfigError("generators must name at least one generator")
         if self.invariance != "none" and self.augment != "none":
-            raise ConfigError("use either --augment or --invariance, not both")
+            raise ConfigError(
+                f"--invariance {self.invariance} learns or fixes the invariance that "
+                f"--augment {self.augment} would impose by training-time augmentation "
+                "(ella train's default is --augment translate): add --augment none"
+            )
         subset = self.marglik_subset_size
         partial = subset is not None and (self.train_size is None or subset < self.train_size)
         if self.hessian != "kron" and partial:
@@ -171,6 +184,7 @@ HELP: dict[str, str] = {
     "train_size) as a validation set: the network trains on the others, and every epoch "
     "reports validation accuracy and NLL (for choosing settings without the test set); 0: none",
     "augment": "training-time augmentation per image (the test set is never augmented)",
+    "augment_shift": "--augment translate: largest shift in pixels along each axis",
     "paths": "paths of every layer (one or more)",
     "group": "group the input is lifted to (exact pixel symmetries only; interpolated C<N> "
     "groups are for augmentation and metrics)",
@@ -178,6 +192,9 @@ HELP: dict[str, str] = {
     "gconv_mode": "GCONV path: full (regular group convolution) or shared (one filter per copy)",
     "norm": "mixer: instance normalises every layer before its ReLU (per image and channel "
     "over group copies and positions; keeps the symmetry, trains CONV/GCONV paths faster)",
+    "downsample": "mixer: how the stride-2 CONV and GCONV paths halve their output: "
+    "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
+    "group equivariant, locally shift invariant)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "head_init": "mixer: data standardises the pooled features entering the head on the "
     f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster; "

@@ -160,12 +160,13 @@ class EpochRun(abc.ABC):
 
     # ------------------------------------------------------------------ steps
     def set_lr(self, optimizer: torch.optim.Optimizer) -> float:
-        """Set every group of ``optimizer`` to the cosine learning rate of ``state.step``."""
+        """Set every group of ``optimizer`` to the cosine learning rate of ``state.step``,
+        times the group's ``"lr_scale"`` (:func:`~ella.train.schedule.make_optimizer`)."""
         cfg = self.config
         total = cfg.epochs * self.steps_per_epoch
         lr = cosine_lr(self.state.step, total, cfg.lr, cfg.lr_min)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         return lr
 
     def check_loss(self, loss: torch.Tensor, x: torch.Tensor, what: str = "training loss") -> None:

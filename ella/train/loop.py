@@ -266,7 +266,7 @@ class Trainer(EpochRun):
         world = self.world
 
         def augment_images(x, y):  # per image; the test set never
-            return augment(x, cfg.augment, augment_generator), y
+            return augment(x, cfg.augment, augment_generator, cfg.augment_shift), y
 
         batches = sharded_batches(
             self.data.train.tensors, cfg.batch_size, generator, world, augment_images

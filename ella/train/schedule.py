@@ -18,6 +18,7 @@ from ella.choices import (
     GGN,
     Backend,
     HessianStructure,
+    LRScaling,
     Optimizer,
     PriorMean,
     PriorMode,
@@ -37,12 +38,18 @@ class OptimizerConfig(Config):
     lr: float = option(1e-3, greater_than=0)
     lr_min: float = option(1e-6, minimum=0)
     momentum: float = option(0.9, minimum=0, maximum=1)
+    lr_scaling: LRScaling = LRScaling.NONE
     seed: int = option(0, minimum=0)
     progress: bool = option(True, defines_run=False)
 
     def check(self) -> None:
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
+        if self.lr_scaling != "none" and self.optimizer != "adam":
+            raise ConfigError(
+                f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
+                f"about lr); with --optimizer {self.optimizer} use --lr-scaling none"
+            )
 
 
 @dataclass
@@ -94,9 +101,30 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
     return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * min(step, total) / total))
 
 
+#: Fan-in above which ``--lr-scaling fan_in`` lowers a weight tensor's learning rate
+#: (:class:`~ella.choices.LRScaling`): 64 keeps every 3x3 convolution of the default
+#: mixer's first layers at ``lr`` and slows its FC pixel maps (fan-in 784, 196, 49).
+FAN_IN_REFERENCE = 64
+
+
+def fan_in(parameter: torch.Tensor) -> int:
+    """Inputs per output of a weight tensor (out, in, *kernel): ``in * prod(kernel)``;
+    1 for a bias or any other tensor of one axis."""
+    return math.prod(parameter.shape[1:]) if parameter.dim() > 1 else 1
+
+
+def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str) -> float:
+    """The factor on ``--lr`` of one tensor under ``scaling`` (see :class:`LRScaling`)."""
+    if LRScaling.parse(scaling, "lr_scaling") == LRScaling.NONE:
+        return 1.0
+    return min(1.0, FAN_IN_REFERENCE / fan_in(parameter))
+
+
 def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer:
     """SGD with momentum or Adam over ``parameters`` (an iterable or a module's), at
-    ``config.lr``.
+    ``config.lr``, with one parameter group per learning-rate factor of
+    ``config.lr_scaling`` (the factor is the group's ``"lr_scale"``, which the
+    learning-rate schedule multiplies in).
 
     The update runs in torch's ``foreach`` form (one call per operation over all
     tensors; bit-identical to the per-tensor loop): ella's FC paths hold about a
@@ -108,9 +136,16 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     """
     if isinstance(parameters, nn.Module):
         parameters = parameters.parameters()
+    scaled: dict[float, list[torch.Tensor]] = {}
+    for parameter in parameters:
+        scaled.setdefault(lr_scale(parameter, config.lr_scaling), []).append(parameter)
+    groups = [
+        {"params": group, "lr": config.lr * scale, "lr_scale": scale}
+        for scale, group in scaled.items()
+    ]
     if config.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum, foreach=True)
-    return torch.optim.Adam(parameters, lr=config.lr, foreach=True)
+        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, foreach=True)
+    return torch.optim.Adam(groups, lr=config.lr, foreach=True)
 
 
 #: Help text of every option of :class:`OptimizerConfig`.
@@ -120,6 +155,9 @@ OPTIMIZER_HELP: dict[str, str] = {
     "lr": "initial learning rate of the weights (cosine schedule)",
     "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
     "momentum": "SGD momentum in [0, 1] (ignored by adam)",
+    "lr_scaling": "adam: none (every weight at --lr) or fan_in (a weight tensor with more "
+    f"than {FAN_IN_REFERENCE} inputs per output learns at lr * {FAN_IN_REFERENCE} / fan-in, "
+    "so that every layer's outputs move about as fast)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }
@@ -152,7 +190,10 @@ __all__ = [
     "SCHEDULE_HELP",
     "OptimizerConfig",
     "ScheduleConfig",
+    "FAN_IN_REFERENCE",
     "cosine_lr",
     "evidence_due",
+    "fan_in",
+    "lr_scale",
     "make_optimizer",
 ]

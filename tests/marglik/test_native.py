@@ -137,6 +137,12 @@ MODELS = {
     "D4 conv only": lambda: mixer(1, 10, 8, "D4", paths=("conv",), width=1),
     "C4 gconv only": lambda: mixer(1, 10, 8, "C4", paths=("gconv",), width=1),
     "C4 mixed instance norm": lambda: mixer(1, 10, 8, "C4", width=1, norm="instance"),
+    "C4 mixed max downsampling": lambda: mixer(
+        1, 10, 8, "C4", width=1, norm="instance", downsample="max"
+    ),
+    "D4 conv+gconv no head max downsampling": lambda: NoHead(
+        "D4", ("conv", "gconv"), downsample="max"
+    ),
     "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
     "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
     "D4 lone gconv path": lambda: LoneGConv("D4"),

@@ -54,6 +54,7 @@ def test_report_symmetry_of_a_run_with_learned_input_invariance(tmp_path, capsys
         epochs=1,
         test_size=16,
         invariance="full",
+        augment="none",
         invariance_samples=2,
         invariance_eval_samples=2,
         learn_priors=False,

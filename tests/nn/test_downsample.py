@@ -1,8 +1,11 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
+from ella.errors import ConfigError
 from ella.groups import CircularTranslations, get_group
-from ella.nn import polyphase_downsample
+from ella.nn import RelaxedLayer, polyphase_downsample
+from ella.nn.downsample import downsample, max_downsample
 from ella.testing import assert_equivariant
 
 
@@ -52,3 +55,50 @@ def test_follows_circular_translations():
 def test_odd_size_rejected():
     with pytest.raises(ValueError, match="even"):
         polyphase_downsample(torch.randn(1, 1, 1, 7, 7))
+
+
+def test_max_downsampling_is_the_maximum_of_each_2x2_block():
+    z = torch.randn(3, 4, 2, 8, 6)
+    out = max_downsample(z)
+    assert out.shape == (3, 4, 2, 4, 3)
+    blocks = z.reshape(3, 4, 2, 4, 2, 3, 2)  # (..., H/2, 2, W/2, 2)
+    torch.testing.assert_close(out, blocks.amax(dim=(-3, -1)), rtol=0, atol=0)
+    torch.testing.assert_close(out[:, 0], F.max_pool2d(z[:, 0], 2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["C4", "D4"])
+def test_max_downsampling_commutes_with_the_group_on_lifted_tensors(name):
+    """Rotations and flips of an even grid map its 2x2 blocks onto 2x2 blocks."""
+    group = get_group(name)
+    z = torch.randn(5, group.order, 3, 8, 8)
+    assert_equivariant(max_downsample, group, z, in_action="lifted", out_action="lifted")
+
+
+@pytest.mark.parametrize("name", ["C4", "D4"])
+def test_a_gconv_layer_with_max_downsampling_stays_exactly_equivariant(name):
+    layer = RelaxedLayer(2, 3, 8, name, paths=("gconv",), stride=2, downsample="max")
+    assert layer.out_size == (4, 4)
+    z = torch.randn(2, get_group(name).order, 2, 8, 8)
+    assert_equivariant(layer, get_group(name), z, in_action="lifted", out_action="lifted")
+
+
+def test_max_downsampling_is_not_shift_equivariant():
+    """Unlike polyphase sampling, a one-pixel shift is not a shift of the output."""
+    z = torch.randn(1, 1, 1, 8, 8)
+    shifted = max_downsample(torch.roll(z, 1, dims=-1))
+    out = max_downsample(z)
+    assert not any(
+        torch.equal(shifted, torch.roll(out, (dy, dx), dims=(-2, -1)))
+        for dy in range(4)
+        for dx in range(4)
+    )
+
+
+def test_downsample_dispatches_by_name_and_refuses_unknown_names():
+    z = torch.randn(2, 4, 1, 4, 4)
+    assert torch.equal(downsample(z, "max"), max_downsample(z))
+    assert torch.equal(downsample(z, "polyphase"), polyphase_downsample(z))
+    with pytest.raises(ValueError, match="even"):
+        max_downsample(torch.randn(1, 1, 1, 7, 7))
+    with pytest.raises(ConfigError, match="polyphase, max"):
+        downsample(z, "average")

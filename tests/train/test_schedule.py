@@ -1,0 +1,66 @@
+import pytest
+import torch
+from torch import nn
+
+from ella.errors import ConfigError
+from ella.train import TrainConfig, Trainer
+from ella.train.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
+
+
+def test_fan_in_counts_inputs_per_output():
+    assert fan_in(nn.Linear(784, 8).weight) == 784
+    assert fan_in(nn.Conv2d(8, 16, 3).weight) == 72
+    assert fan_in(nn.Linear(784, 8).bias) == 1
+
+
+def test_fan_in_scaling_slows_only_wide_weights():
+    assert lr_scale(nn.Linear(784, 8).weight, "fan_in") == pytest.approx(FAN_IN_REFERENCE / 784)
+    assert lr_scale(nn.Linear(16, 8).weight, "fan_in") == 1.0
+    assert lr_scale(nn.Linear(784, 8).bias, "fan_in") == 1.0
+    assert lr_scale(nn.Linear(784, 8).weight, "none") == 1.0
+
+
+def test_the_first_adam_step_moves_each_weight_by_its_scaled_rate():
+    """Adam's first step is lr * m / sqrt(v) = lr * sign(gradient) per weight (eps aside)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 4), nn.ReLU(), nn.Linear(4, 3))
+    config = OptimizerConfig(lr=1e-2, lr_scaling="fan_in")
+    optimizer = make_optimizer(model, config)
+    assert sorted(g["lr_scale"] for g in optimizer.param_groups) == [0.25, 1.0]
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(5, 256)).square().sum().backward()
+    optimizer.step()
+    for p, old in zip(model.parameters(), before, strict=True):
+        step = (p.detach() - old).abs()
+        expected = 1e-2 * (0.25 if p is model[0].weight else 1.0)
+        moved = p.grad.abs() > 1e-6
+        torch.testing.assert_close(
+            step[moved], torch.full_like(step[moved], expected), rtol=1e-3, atol=0
+        )
+
+
+def test_the_schedule_keeps_each_groups_factor(tmp_path):
+    config = TrainConfig(
+        train_size=48,
+        test_size=32,
+        width=1,
+        epochs=2,
+        batch_size=16,
+        progress=False,
+        lr_scaling="fan_in",
+    )
+    trainer = Trainer(config, tmp_path)
+    trainer.state.step = 3
+    lr = trainer.set_lr(trainer.optimizer)
+    assert lr < config.lr
+    scales = {g["lr_scale"] for g in trainer.optimizer.param_groups}
+    assert 1.0 in scales and min(scales) < 1.0
+    for group in trainer.optimizer.param_groups:
+        assert group["lr"] == pytest.approx(lr * group["lr_scale"])
+
+
+def test_fan_in_scaling_is_refused_with_sgd():
+    with pytest.raises(
+        ConfigError, match="--lr-scaling fan_in is Adam's rule.*use --lr-scaling none"
+    ):
+        OptimizerConfig(optimizer="sgd", lr_scaling="fan_in")
