@@ -57,8 +57,12 @@ class TrainConfig(ScheduleConfig):
       images held out, 15 epochs; ``benchmarks/results/recipe.md``): instance
       normalisation and lr 3e-3 (93.4% validation accuracy against 90.0% with
       lr 1e-3 and no normalisation), the evidence on 1000 training images drawn
-      afresh each round with the MC GGN, and all 3000 images of the subset.
-      :func:`ella.fit` keeps lr 1e-3, the exact GGN and the full evidence
+      afresh each round with the MC GGN, and all 3000 images of the subset;
+    * and, chosen on a larger split (2000 MNIST training images held out, 2500
+      trained on): 2x2 max downsampling and shifts of up to 2 pixels as
+      training-time augmentation (95.35% validation accuracy, NLL 0.153, against
+      93.55% and 0.295 with polyphase downsampling and no augmentation), over 20
+      epochs (95.65%, NLL 0.150, against 95.35% at 15). :func:`ella.fit` keeps lr 1e-3, the exact GGN and the full evidence
       (:class:`~ella.train.schedule.ScheduleConfig`), which suit models it knows
       nothing about;
     * the schedule is short (``epochs``, ``n_epochs_burnin``,
@@ -121,7 +125,7 @@ class TrainConfig(ScheduleConfig):
     marglik_subset_size: int | None = option(1000, minimum=1)
     # the mixer's recipe, chosen on a validation split (benchmarks/results/recipe.md)
     # where it differs from ella.fit's defaults (ScheduleConfig)
-    epochs: int = option(15, minimum=1)
+    epochs: int = option(20, minimum=1)
     lr: float = option(3e-3, greater_than=0)
     ggn: GGN = GGN.MC
     # run
