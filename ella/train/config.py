@@ -62,7 +62,8 @@ class TrainConfig(ScheduleConfig):
       trained on): 2x2 max downsampling and shifts of up to 2 pixels as
       training-time augmentation (95.35% validation accuracy, NLL 0.153, against
       93.55% and 0.295 with polyphase downsampling and no augmentation), over 20
-      epochs (95.65%, NLL 0.150, against 95.35% at 15). :func:`ella.fit` keeps lr 1e-3, the exact GGN and the full evidence
+      epochs (95.65%, NLL 0.150, against 95.35% at 15). :func:`ella.fit` keeps
+      lr 1e-3, the exact GGN and the full evidence
       (:class:`~ella.train.schedule.ScheduleConfig`), which suit models it knows
       nothing about;
     * the schedule is short (``epochs``, ``n_epochs_burnin``,
