@@ -163,9 +163,9 @@ def run_variant(variant: Variant, data: ImageData, steps: int, batch_size: int, 
     generator = torch.Generator().manual_seed(seed)
     x, y = data.train.tensors
     losses = []
-    original = path_module.polyphase_downsample
+    original = path_module.downsample_by
     if variant.downsample == "fixed":
-        path_module.polyphase_downsample = fixed_downsample
+        path_module.downsample_by = lambda z, how: fixed_downsample(z)
     start = time.perf_counter()
     try:
         for _ in range(steps):
@@ -178,7 +178,7 @@ def run_variant(variant: Variant, data: ImageData, steps: int, batch_size: int, 
         seconds = time.perf_counter() - start
         acc = accuracy(model, *data.test.tensors)
     finally:
-        path_module.polyphase_downsample = original
+        path_module.downsample_by = original
     window = max(1, steps // 8)
     return {
         **asdict(variant),

@@ -8,6 +8,7 @@ import torch
 from benchmarks import trainability
 from ella.data.datasets import load_dataset
 from ella.nn import paths as path_module
+from ella.nn.downsample import downsample
 from ella.testing import assert_equivariant
 
 
@@ -38,7 +39,7 @@ def test_trainability_smoke(tmp_path):
     saved = json.loads((tmp_path / "trainability_smoke.json").read_text())
     assert [r["name"] for r in saved["rows"]] == names
     assert all(0 <= r["test_accuracy"] <= 1 and r["parameters"] > 0 for r in saved["rows"])
-    assert path_module.polyphase_downsample is not trainability.fixed_downsample  # restored
+    assert path_module.downsample_by is downsample  # restored
     assert "| CONV, instance norm |" in (tmp_path / "trainability_smoke.md").read_text()
     with pytest.raises(SystemExit):  # an unknown variant is refused before any work
         trainability.main(["--profile", "smoke", "--variants", "no such variant"])

@@ -47,7 +47,7 @@ CASES: dict[str, dict] = {
 #: (a case's own setting wins).
 PINNED: dict[str, object] = {
     "head_init": "default", "lr": 1e-3, "norm": "none", "ggn": "exact",
-    "marglik_subset_size": None,
+    "marglik_subset_size": None, "augment": "none", "downsample": "polyphase",
 }  # fmt: skip
 RESULT_KEYS = (
     "test_accuracy",
