@@ -104,7 +104,7 @@ def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
 #: Fan-in above which ``--lr-scaling fan_in`` lowers a weight tensor's learning rate
 #: (:class:`~ella.choices.LRScaling`): a 3x3 filter over up to 7 input channels keeps
 #: ``lr``; in the default mixer the FC pixel maps at 28x28 (fan-in 784) learn at 0.08 lr,
-#: at 14x14 at 0.33 lr, and the widest filters and channel maps at 0.11-0.9 lr.
+#: at 14x14 at 0.33 lr, and the filters over more than 7 channels at 0.11-0.9 lr.
 FAN_IN_REFERENCE = 64
 
 
