@@ -3,8 +3,9 @@ import torch
 from torch import nn
 
 from ella.errors import ConfigError
-from ella.train import TrainConfig, Trainer
+from ella.train import Trainer
 from ella.train.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
+from tests.train.test_loop import tiny_config
 
 
 def test_fan_in_counts_inputs_per_output():
@@ -40,15 +41,7 @@ def test_the_first_adam_step_moves_each_weight_by_its_scaled_rate():
 
 
 def test_the_schedule_keeps_each_groups_factor(tmp_path):
-    config = TrainConfig(
-        train_size=48,
-        test_size=32,
-        width=1,
-        epochs=2,
-        batch_size=16,
-        progress=False,
-        lr_scaling="fan_in",
-    )
+    config = tiny_config(lr_scaling="fan_in")
     trainer = Trainer(config, tmp_path)
     trainer.state.step = 3
     lr = trainer.set_lr(trainer.optimizer)
