@@ -56,9 +56,9 @@ ANALYSIS = {
         "seed 1 (translated and rotated MNIST only, benchmarks/results/table3_seed1/): MAP "
         "36.4% / learned 24.0% on translated, 45.2% / 44.0% on rotated MNIST; mean GCONV "
         "shares 31% (translated) and 15% (rotated). Over the two seeds: learned trails MAP by "
-        "12 points on translated MNIST (both seeds) and by 1-7 on rotated MNIST, and the GCONV share on "
-        "rotated MNIST is 15-24%, on translated 23-31%: the ordering of the two sets' GCONV "
-        "shares flips with the seed.",
+        "12 points on translated MNIST (both seeds) and by 1-7 on rotated MNIST, and the "
+        "GCONV share on rotated MNIST is 15-24%, on translated 23-31%: the order of the "
+        "two sets' GCONV shares flips with the seed.",
     ]
 }
 PROFILES = {
