@@ -144,8 +144,6 @@ TRAIN = [
     # parameters after 2 epochs at width 1 (log precisions still within 1e-4), so the
     # comparison runs without it
     "--ggn", "exact", "--norm", "none",
-    # 2x2 max downsampling (the default) routes each gradient to one of four pixels, so a
-    # ~1e-7 difference flips some choices: 1.3e-3 in one log precision after 2 epochs
     # ella train's recipe amplifies that summation order too: 2x2 max downsampling routes
     # each gradient to one of four pixels, and shifted images change every batch, so a
     # ~1e-7 difference grew to 1.7e-4 (max downsampling alone) and 6.2e-4 (shifts alone)
