@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,17 +110,6 @@ class Mixer(nn.Module):
         self.num_classes = num_classes
         self.image_size = as_size(image_size)
         self.specs = plan_layers(in_channels, self.image_size, width, blocks)
-        if "fc" in paths and fc_mode == "factorized" and self.group.order * in_channels == 1:
-            first = self.specs[0].out_channels
-            warnings.warn(
-                f"the first layer's factorised FC path sees a one-channel input (trivial group, "
-                f"{in_channels} image channel), so it passes the image through only {first} "
-                "linear projections, one per output channel (FCPath: out[o] = t_o(x) V_o + b_o); "
-                "FC-only mixers then do not learn (benchmarks/results/recipe.md). Lift to C4 or "
-                "D4 (group='C4'), or widen the first layer (width)",
-                UserWarning,
-                stacklevel=2,
-            )
         self.lift = Lift(self.group, in_channels)
         for s in self.specs:
             self.add_module(

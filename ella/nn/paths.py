@@ -24,6 +24,7 @@ output grid.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -307,6 +308,16 @@ class FCPath(Path):
             nn.init.normal_(self.linear.weight, std=math.sqrt(2.0 / (c_in * s_in)))
             nn.init.zeros_(self.linear.bias)
         else:
+            if c_in == 1:
+                warnings.warn(
+                    f"this factorised FC path sees a one-channel input (trivial group, "
+                    f"{in_channels} channel), so it passes its input through only {c_out} "
+                    "linear projections, one per output channel (out[o] = t_o(z) V_o + b_o); "
+                    "FC-only mixers then do not learn (benchmarks/results/recipe.md). Lift to "
+                    "C4 or D4 (group='C4'), or widen the layer",
+                    UserWarning,
+                    stacklevel=2,
+                )
             # Variance preserving: Var[t] = Var[z]; Var[out] = 2 Var[z] (ReLU gain).
             self.pixel_maps = nn.ModuleList(
                 [nn.Linear(s_in, c_out, bias=False) for _ in range(c_in)]

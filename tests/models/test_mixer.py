@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from ella.models import mixer
+from ella.nn import FCPath
 from ella.testing import assert_equivariant, equivariance_errors
 
 PATH_COMBOS = [
@@ -133,3 +134,4 @@ def test_a_one_channel_factorised_fc_first_layer_is_flagged():
         mixer(1, 10, 8, group="C4", paths=("fc",), width=2)
         mixer(3, 10, 8, group="trivial", paths=("fc",), width=2)
         mixer(1, 10, 8, group="trivial", paths=("conv",), width=2)
+        FCPath(1, 2, 8, "trivial", mode="dense")  # one dense map: no bottleneck
