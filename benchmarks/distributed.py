@@ -87,7 +87,7 @@ def worker(out: str, device: str) -> None:
                 }
             )
         )
-    distributed.stop()
+    distributed.end_process(0)
 
 
 # ---------------------------------------------------------------- the comparison

@@ -282,8 +282,12 @@ def start() -> World:
 
 
 def stop() -> None:
-    """Leave the process group (after a job that ended well)."""
+    """Leave the process group after a job that ended well: every process waits for the
+    others first (a barrier), since tearing the group down while a peer still works can
+    abort this process or that peer (see :func:`end_process`, the safer way to end a
+    torchrun job's process)."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

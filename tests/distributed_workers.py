@@ -75,7 +75,10 @@ def evidence(out: str) -> None:
             "learner_single": alone.log_prior.tolist(),
         }
         Path(out).write_text(json.dumps(result))
-    distributed.stop()
+    # every process waits for rank 0's single-process fit, then ends without tearing the
+    # group down (rank 1 once aborted in the teardown while rank 0 still worked: CI,
+    # 2026-11-24)
+    distributed.end_process(0)
 
 
 def fit(out: str) -> None:
@@ -101,7 +104,7 @@ def fit(out: str) -> None:
     )
     if distributed.current().is_main:
         Path(out).write_text(json.dumps(result.as_dict()))
-    distributed.stop()
+    distributed.end_process(0)
 
 
 if __name__ == "__main__":

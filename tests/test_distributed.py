@@ -42,13 +42,20 @@ def run_torchrun(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subproce
     )
 
 
+def why(done: subprocess.CompletedProcess) -> str:
+    """What a failed run printed: its first and last lines of stderr (a process that dies
+    first, e.g. by SIGABRT, is reported early; the launcher's summary comes last)."""
+    text = done.stderr
+    return text if len(text) <= 6000 else f"{text[:3000]}\n[...]\n{text[-3000:]}"
+
+
 def run_alone(*args: str) -> None:
     """Run ``python ARGS`` in one process with one thread; it must succeed."""
     alone = subprocess.run(
         [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
-    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert alone.returncode == 0, why(alone)
 
 
 def run_alone_and_torchrun(*args: str, one: list[str], two: list[str]):
@@ -56,7 +63,7 @@ def run_alone_and_torchrun(*args: str, one: list[str], two: list[str]):
     must succeed. Returns torchrun's completed process."""
     run_alone(*args, *one)
     done = run_torchrun(*args, *two)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     return done
 
 
@@ -123,7 +130,7 @@ def test_evidence_of_two_shards_equals_the_evidence_of_all_data(tmp_path):
     data to relative 1e-6; so do the precisions after subset-evidence Adam steps."""
     out = tmp_path / "evidence.json"
     done = run_torchrun("tests/distributed_workers.py", "evidence", str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     r = json.loads(out.read_text())
     assert r["world_size"] == 2
     sharded, single = r["sharded"], r["single"]
@@ -216,7 +223,7 @@ def test_torchrun_train_survives_a_killed_process_and_ends_where_one_process_end
     done_before = checkpoint["state"]["epoch"]
     assert 1 <= done_before < 3
     resumed = run_torchrun("-m", "ella", "train", "--out", str(out), "--resume", "--no-progress")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, why(resumed)
     assert resumed.stdout.count("run directory:") == 1  # printed by process 0 only
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2, 3]

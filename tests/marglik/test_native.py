@@ -81,17 +81,22 @@ class NoHead(nn.Module):
         return self.pool(z).mean(dim=(-2, -1))
 
 
-def fitted(model, backend, ggn="exact", seed=0):
-    """The evidence fitted on fixed random data; ``seed`` seeds the MC labels."""
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def fitted(model, backend, ggn="exact", seed=0, device="cpu"):
+    """The evidence fitted on fixed random data (made on the CPU, then moved to
+    ``device`` with the model); ``seed`` seeds the MC labels."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(22, 1, 8, 8, generator=g)
     with torch.no_grad():
         k = model(x[:1]).shape[-1]
     y = torch.randint(k, (22,), generator=g)
+    model = model.to(device)
     prior = PriorStructure(model)
     evidence = LaplaceEvidence(model, prior, backend=backend, ggn=ggn)
-    torch.manual_seed(seed)  # the MC labels
-    evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8))
+    torch.manual_seed(seed)  # the MC labels (CPU and every GPU)
+    evidence.fit(DataLoader(TensorDataset(x.to(device), y.to(device)), batch_size=8))
     return evidence
 
 
@@ -101,13 +106,16 @@ def assert_same_evidence(native, reference, rtol=1e-6):
     for block_n, block_r in zip(kn, kr, strict=True):
         assert len(block_n) == len(block_r)
         for a, b in zip(block_n, block_r, strict=True):
+            a, b = a.cpu(), b.cpu()
             torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
-    log_delta = torch.linspace(-2.0, 1.5, native.prior.n_groups, requires_grad=True)
     values, grads = [], []
     for evidence in (native, reference):
+        device = next(evidence.model.parameters()).device
+        log_delta = torch.linspace(-2.0, 1.5, native.prior.n_groups, device=device)
+        log_delta.requires_grad_()
         value = evidence.log_marginal_likelihood(log_delta)
         values.append(value)
-        grads.append(torch.autograd.grad(value, log_delta)[0])
+        grads.append(torch.autograd.grad(value, log_delta)[0].cpu())
     assert values[0].item() == pytest.approx(values[1].item(), rel=rtol)
     torch.testing.assert_close(
         grads[0], grads[1], rtol=rtol, atol=rtol * float(grads[1].abs().max())
@@ -166,6 +174,25 @@ def test_native_equals_asdl_on_explicit_circular_padding(float64, name):
 def test_monte_carlo_ggn_samples_the_same_labels_as_asdl(float64, name):
     model = zero_padded(MODELS[name]())
     assert_same_evidence(fitted(model, "native", "mc", seed=3), fitted(model, "asdl", "mc", seed=3))
+
+
+@CUDA
+@pytest.mark.parametrize(
+    "name", ["C4 mixed", "D4 mixed shared", "C4 mixed max downsampling", "D4 lone gconv path"]
+)
+def test_native_on_cuda_equals_native_on_cpu(float64, name):
+    """The same code on a GPU: exact-GGN factors, evidence and gradient as on the CPU."""
+    model = MODELS[name]()
+    on_cpu = fitted(copy.deepcopy(model), "native")
+    assert_same_evidence(fitted(model, "native", device="cuda"), on_cpu)
+
+
+@CUDA
+@pytest.mark.parametrize("name", ["C4 mixed", "D4 fc+gconv no head"])
+def test_monte_carlo_ggn_on_cuda_samples_the_same_labels_as_asdl(float64, name):
+    model = zero_padded(MODELS[name]())
+    native = fitted(copy.deepcopy(model), "native", "mc", seed=3, device="cuda")
+    assert_same_evidence(native, fitted(model, "asdl", "mc", seed=3, device="cuda"))
 
 
 def test_monte_carlo_ggn_is_unbiased(float64):

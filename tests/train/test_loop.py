@@ -163,3 +163,22 @@ def test_head_init_standardises_the_mixer_head_on_training_images(tmp_path):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="unknown head-init 'zero'; choose from data, default"):
         tiny_config(head_init="zero")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_learned_run_on_cuda_resumes_on_the_cpu(tmp_path):
+    """The same code on a GPU: two epochs with evidence rounds on CUDA, then the run
+    resumed on the CPU for its third (the device may change on resume)."""
+
+    def stop_after_two(trainer):
+        if trainer.state.epoch == 2:
+            raise InterruptError
+
+    with pytest.raises(InterruptError):
+        Trainer(tiny_config(device="cuda"), tmp_path, on_epoch_end=stop_after_two).run()
+    assert (tmp_path / "checkpoint.pt").is_file()
+    resumed = Trainer(tiny_config(device="cpu"), tmp_path)
+    results = resumed.run(resume=True)
+    assert 0 <= results["test_accuracy"] <= 1 and len(results["log_marglik"]) == 3
+    assert all(math.isfinite(v) for v in results["log_marglik"])
+    assert torch.isfinite(resumed.log_prior).all()
