@@ -13,10 +13,13 @@ from ella.io import save_json, save_text
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def environment() -> dict:
-    """Device, thread count and versions, stamped into every result file."""
+def environment(device: str | None = None) -> dict:
+    """Device, thread count and versions, stamped into every result file. ``device``: the
+    torch device the runs used (its GPU's name is written for ``cuda``); ``None``: the GPU
+    when there is one."""
+    on_gpu = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
     return {
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "cpu": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -58,6 +58,11 @@ def common_arguments(parser: argparse.ArgumentParser, profiles: dict) -> None:
     parser.add_argument("--results-dir", default=str(RESULTS), help="where to write results")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of every run, e.g. cpu or cuda (the results file says which)",
+    )
+    parser.add_argument(
         "--render-only",
         action="store_true",
         help="rebuild the JSON claims/notes and the Markdown from the existing results file",
@@ -139,13 +144,24 @@ def shares_summary(layers: list[dict]) -> dict:
     return out
 
 
+def command_line(args: argparse.Namespace, script: str) -> str:
+    """The command that reproduces a results file (profile, and seed and device where they
+    are not the defaults)."""
+    command = f"python -m benchmarks.{script} --profile {args.profile}"
+    if args.seed != 0:
+        command += f" --seed {args.seed}"
+    if getattr(args, "device", "cpu") != "cpu":
+        command += f" --device {args.device}"
+    return command
+
+
 def stamp(args: argparse.Namespace, script: str, profile: dict, seconds: float) -> dict:
     return {
         "profile": args.profile,
-        "command": f"python -m benchmarks.{script} --profile {args.profile}",
+        "command": command_line(args, script),
         "settings": profile,
         "seed": args.seed,
-        "environment": environment(),
+        "environment": environment(getattr(args, "device", "cpu")),
         "wall_time_s": seconds,
         "torch_threads": torch.get_num_threads(),
     }

@@ -79,6 +79,7 @@ def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, Ense
             optimizer=profile["optimizer"], lr=profile["lr"],
             weight_decay=profile["weight_decay"],
             corruption_severities=tuple(profile["severities"]), seed=args.seed, progress=False,
+            device=args.device,
         )  # fmt: skip
         runs.append(({"dataset": dataset, "method": name}, config))
     return runs

@@ -74,7 +74,8 @@ def configurations(args: argparse.Namespace, profile: dict) -> list[tuple[dict, 
         for method in args.methods:
             config = TrainConfig(
                 dataset=dataset, data_dir=args.data_dir, invariance=method,
-                learn_priors=method == "learned", seed=args.seed, progress=False, **profile,
+                learn_priors=method == "learned", seed=args.seed, device=args.device,
+                progress=False, **profile,
             )  # fmt: skip
             runs.append(({"dataset": dataset, "method": method}, config))
     return runs

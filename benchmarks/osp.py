@@ -80,6 +80,7 @@ def build_runs(args: argparse.Namespace, profile: dict) -> list[tuple[dict, Ense
         dataset="fashion_mnist", data_dir=args.data_dir, train_size=profile["train_size"],
         test_size=profile["test_size"], augment=profile["augment"], epochs=profile["epochs"],
         batch_size=profile["batch_size"], lr=profile["lr"], seed=args.seed, progress=False,
+        device=args.device,
         corruption_severities=(),
     )  # fmt: skip
     cnn = dict(model="cnn", members=profile["members"])

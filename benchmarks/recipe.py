@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
         for priors, prior_options in PRIORS.items():
             for d in DATASETS:
                 config = TrainConfig(
-                    dataset=d, data_dir=args.data_dir, seed=args.seed, progress=False,
+                    dataset=d, data_dir=args.data_dir, seed=args.seed, device=args.device,
+                    progress=False,
                     **profile, **recipe_options, **prior_options,
                 )  # fmt: skip
                 runs.append(({"dataset": d, "recipe": recipe, "priors": priors}, config))

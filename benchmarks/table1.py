@@ -80,7 +80,8 @@ def main(argv=None) -> dict:
             {"task": task, "model": model},
             TrainConfig(
                 dataset=dataset, data_dir=args.data_dir, group="trivial", paths=paths,
-                learn_priors=learn, seed=args.seed, progress=False, **profile,
+                learn_priors=learn, seed=args.seed, device=args.device, progress=False,
+                **profile,
             ),
         )
         for task, dataset in TASKS.items()

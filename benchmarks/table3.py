@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
             config = TrainConfig(
                 dataset=dataset_name(row, source), data_dir=args.data_dir, group="C4",
                 paths=("fc", "conv", "gconv"), learn_priors=model == "learned",
-                seed=args.seed, progress=False, **settings,
+                seed=args.seed, device=args.device, progress=False, **settings,
             )  # fmt: skip
             runs.append((labels, config))
     payload = run_or_load(args, "table3", runs, {"settings": profile, "cifar10_source": source})
