@@ -32,6 +32,7 @@ __all__ = [
     "PathName",
     "PriorMean",
     "PriorMode",
+    "ReportedState",
 ]
 
 
@@ -183,6 +184,18 @@ class Augmentation(Choice):
     ROTATE = "rotate"
     TRANSLATE = "translate"
     SCALE = "scale"
+
+
+class ReportedState(Choice):
+    """Which weights a learned run reports (test accuracy, shares, the saved model).
+
+    ``best_evidence``: the state after the evidence round with the highest log
+    marginal likelihood, as laplace-torch's ``marglik_training`` returns its best
+    model. ``final``: the weights and priors after the last epoch.
+    """
+
+    BEST_EVIDENCE = "best_evidence"
+    FINAL = "final"
 
 
 class PriorMode(Choice):

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
-from ella.choices import HeadInit
+from ella.choices import HeadInit, ReportedState
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
 from ella.data.subsets import balanced_subset
@@ -438,7 +438,8 @@ class Trainer(EpochRun):
             row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
             if not self.invariant:
                 row["prior_gap"] = self.priors.gaps[-1]
-            if self.state.best is None or value > self.state.best["log_marglik"]:
+            keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
+            if keeps_best and (self.state.best is None or value > self.state.best["log_marglik"]):
                 self.state.best = {
                     "epoch": self.state.epoch,
                     "log_marglik": value,
@@ -476,12 +477,13 @@ class Trainer(EpochRun):
         )
 
         final = self.evaluate_sets()
-        best = self.state.best
+        best = self.state.best  # kept only with --report-state best_evidence
+        reported = final
         if best is not None:  # report the best-evidence state
             self.model.load_state_dict(best["model"])
             with torch.no_grad():
                 self.log_prior.copy_(best["log_prior"])
-        reported = self.evaluate_sets()
+            reported = self.evaluate_sets()
         epoch = best["epoch"] if best is not None else self.state.epoch
         if self._last_evidence is not None and self._last_evidence[0] == epoch:
             _, evidence, final_marglik = self._last_evidence  # at exactly these weights

@@ -68,7 +68,7 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
     checkpoint = load_torch(run_dir / CHECKPOINT)  # before any work: refuses a corrupt file
     trainer = Trainer(config, run_dir)  # builds data and model as training did (seeds torch)
     try:
-        best = checkpoint["state"].get("best")
+        best = checkpoint["state"].get("best")  # None unless --report-state best_evidence
         trainer.model.load_state_dict(best["model"] if best is not None else checkpoint["model"])
     except (KeyError, TypeError, AttributeError, RuntimeError) as err:
         raise CheckpointError(

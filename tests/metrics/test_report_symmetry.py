@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # each trains a small run
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    config = tiny_config(epochs=2, test_size=16)
+    config = tiny_config(epochs=2, test_size=16, report_state="best_evidence")
     results = train(config, out)
     return out, results
 

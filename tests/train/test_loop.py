@@ -6,6 +6,7 @@ import torch
 
 from ella.errors import CheckpointError
 from ella.train import TrainConfig, Trainer, TrainingDivergedError, cosine_lr
+from ella.train.runs import load_run
 
 
 def tiny_config(**overrides) -> TrainConfig:
@@ -182,3 +183,19 @@ def test_learned_run_on_cuda_resumes_on_the_cpu(tmp_path):
     assert 0 <= results["test_accuracy"] <= 1 and len(results["log_marglik"]) == 3
     assert all(math.isfinite(v) for v in results["log_marglik"])
     assert torch.isfinite(resumed.log_prior).all()
+
+
+@pytest.mark.parametrize("state", ["best_evidence", "final"])
+def test_the_reported_state_is_the_one_asked_for(tmp_path, state):
+    results = Trainer(tiny_config(epochs=3, report_state=state), tmp_path).run()
+    values, epochs = results["log_marglik"], results["log_marglik_epochs"]
+    assert results["reported_state"] == state
+    if state == "final":
+        assert results["reported_epoch"] == 3
+        assert results["test_accuracy"] == results["final_test_accuracy"]
+    else:
+        assert results["reported_epoch"] == epochs[values.index(max(values))]
+    run = load_run(tmp_path)
+    assert run.state == state
+    reloaded = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (reloaded["state"].get("best") is None) == (state == "final")

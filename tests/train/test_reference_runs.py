@@ -48,6 +48,7 @@ CASES: dict[str, dict] = {
 PINNED: dict[str, object] = {
     "head_init": "default", "lr": 1e-3, "norm": "none", "ggn": "exact",
     "marglik_subset_size": None, "augment": "none", "downsample": "polyphase",
+    "report_state": "best_evidence",
 }  # fmt: skip
 RESULT_KEYS = (
     "test_accuracy",
