@@ -274,15 +274,19 @@ class _FCPathBlock:
 
     def output_factor(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per-channel ``sum b b^T`` of both stages for one column of the GGN's root."""
-        grad_t, grad_out = grads  # (M, Co, Ci), (M, Co, Sout)
-        b_pixel = torch.einsum("moi,mpi->iop", grad_t, grad_t)  # (Ci, Co, Co)
+        grad_t, grad_out = grads  # (M, Co, Ci R), (M, Co, Sout)
+        m, c_o, _ = grad_t.shape
+        rank = self.path.rank
+        # pixel map i's outputs are (o, r) at o R + r: (M, Ci, Co R)
+        grad_u = grad_t.reshape(m, c_o, -1, rank).transpose(1, 2).reshape(m, -1, c_o * rank)
+        b_pixel = torch.einsum("mik,mil->ikl", grad_u, grad_u)  # (Ci, Co R, Co R)
         b_channel = torch.einsum("moy,moz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
         return [b_pixel, b_channel]
 
     def input_sums(self) -> list[torch.Tensor]:
-        x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci)
+        x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci R)
         a_pixel = torch.einsum("mix,miy->ixy", x, x)  # (Ci, Sin, Sin)
-        a_channel = torch.einsum("moi,moj->oij", t, t)  # (Co, Ci, Ci)
+        a_channel = torch.einsum("moi,moj->oij", t, t)  # (Co, Ci R, Ci R)
         return [a_pixel, a_channel]
 
     def assemble(

@@ -6,10 +6,11 @@ from typing import Protocol
 
 from torch import nn
 
+from ella.errors import ConfigError
 from ella.models.baselines import BASELINE_MODELS
 from ella.models.mixer import mixer
 
-__all__ = ["ModelOptions", "build_model"]
+__all__ = ["ModelOptions", "build_model", "check_fc_rank"]
 
 
 class ModelOptions(Protocol):
@@ -21,8 +22,18 @@ class ModelOptions(Protocol):
     width: int
     gconv_mode: str
     fc_mode: str
+    fc_rank: int
     norm: str
     downsample: str
+
+
+def check_fc_rank(config: ModelOptions) -> None:
+    """``fc_rank`` above 1 needs the factorised FC path (raises ConfigError)."""
+    if config.fc_rank > 1 and config.fc_mode != "factorized":
+        raise ConfigError(
+            f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
+            f"{config.fc_mode} has none: use --fc-mode factorized or --fc-rank 1"
+        )
 
 
 def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: int) -> nn.Module:
@@ -39,6 +50,7 @@ def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: 
         width=config.width,
         gconv_mode=config.gconv_mode,
         fc_mode=config.fc_mode,
+        fc_rank=config.fc_rank,
         norm=config.norm,
         downsample=config.downsample,
     )

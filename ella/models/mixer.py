@@ -96,6 +96,7 @@ class Mixer(nn.Module):
         head_multiplier: int = 4,
         norm: str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
+        fc_rank: int = 1,
     ):
         super().__init__()
         if in_channels < 1 or num_classes < 1 or width < 1:
@@ -123,6 +124,7 @@ class Mixer(nn.Module):
                     kernel_size=kernel_size,
                     stride=s.stride,
                     fc_mode=fc_mode,
+                    fc_rank=fc_rank,
                     gconv_mode=gconv_mode,
                     downsample=downsample,
                     # one value per channel (trivial group, 1x1 map) cannot be normalised
@@ -237,7 +239,7 @@ def mixer(
         paths: non-empty subset of ``("fc", "conv", "gconv")``.
         width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
         **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
-            ``fc_mode``, ``gconv_mode``, ``pool``, ``head_multiplier``, ``norm``:
+            ``fc_mode``, ``fc_rank``, ``gconv_mode``, ``pool``, ``head_multiplier``, ``norm``:
             ``"instance"`` normalises before every ReLU, ``downsample``: ``"polyphase"`` or
             ``"max"`` in the stride-2 layers; see :class:`~ella.nn.RelaxedLayer`).
 

@@ -24,7 +24,6 @@ output grid.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -263,25 +262,37 @@ class FCPath(Path):
     ``S_in = H W`` and ``S_out = H' W'`` are the pixel counts.
 
     ``mode="factorized"`` (default) implements the weight
-    ``W[o, i, y, x] = V[y, (o, i)] U[o, (i, x)]`` of the ELLA paper in two stages:
+    ``W[o, i, y, x] = sum_r V[y, (o, i, r)] U[(o, r), (i, x)]`` in two stages; with
+    ``rank=1`` (default) it is ``V[y, (o, i)] U[o, (i, x)]``, the ELLA paper's:
 
-    1. for every input channel ``i``, ``nn.Linear(S_in, C_o, bias=False)``
-       (weights ``U[:, i, :]``) gives ``t[:, o, i] = sum_x U[o, i, x] z[i, x]``;
-    2. for every output channel ``o``, ``nn.Linear(C_i, S_out)`` (weights
-       ``V[:, o, :]``, bias per output pixel) gives
-       ``out[o, y] = sum_i V[y, o, i] t[o, i] + b[o, y]``.
+    1. for every input channel ``i``, ``nn.Linear(S_in, C_o R, bias=False)``
+       (output ``o R + r``) gives ``t[:, o, i, r] = sum_x U[o, r, i, x] z[i, x]``;
+    2. for every output channel ``o``, ``nn.Linear(C_i R, S_out)`` (input
+       ``i R + r``, bias per output pixel) gives
+       ``out[o, y] = sum_(i, r) V[y, o, i, r] t[o, i, r] + b[o, y]``.
 
-    That is ``C_i C_o (S_in + S_out) + C_o S_out`` parameters instead of
-    ``C_i C_o S_in S_out``. Using one linear map per channel (rather than a
-    single ``nn.Linear`` on block-diagonal inputs, as the reference code does)
-    gives KFAC blocks of size ``S_in^2`` and ``C_o^2`` per input channel and
-    ``C_i^2`` and ``S_out^2`` per output channel, instead of one dense
+    That is ``R C_i C_o (S_in + S_out) + C_o S_out`` parameters instead of
+    ``C_i C_o S_in S_out``. Each output channel is a combination of ``R C_i``
+    fixed images, one per projection ``t[o, i, r]`` of the input: with one input
+    channel (the trivial group's first layer) and ``R = 1`` the whole image
+    reaches output channel ``o`` as one number; ``rank`` widens that bottleneck
+    (which did not make FC-only networks on the trivial group learn better:
+    benchmarks/results/recipe.md, "The FC path's rank").
+
+    Using one linear map per channel (rather than a single ``nn.Linear`` on
+    block-diagonal inputs, as the reference code does) gives KFAC blocks of size
+    ``S_in^2`` and ``C_o R`` squared per input channel and
+    ``(C_i R)^2`` and ``S_out^2`` per output channel, instead of one dense
     ``(C_i S_in)^2`` input factor, and it never materialises the
     block-diagonal input of ``B C_i^2 S_in`` numbers. ``python -m
     benchmarks.layers`` measures both layouts (``benchmarks/results/layers.md``:
     5x fewer factor entries and a 16x faster KFAC fit for 16 channels of 16x16).
 
     ``mode="dense"``: one ``nn.Linear(C_i S_in, C_o S_out)``; only for small sizes.
+
+    Args:
+        rank: ``R``, the projections per pair of input and output channels
+            (factorised mode only).
     """
 
     def __init__(
@@ -292,11 +303,15 @@ class FCPath(Path):
         group: str | Group = "C4",
         stride: int = 1,
         mode: FCMode = "factorized",
+        rank: int = 1,
     ):
         super().__init__(in_channels, out_channels, image_size, group, stride)
         if mode not in ("factorized", "dense"):
             raise ValueError(f"FCPath mode must be 'factorized' or 'dense', got {mode!r}")
+        if rank < 1 or (rank > 1 and mode == "dense"):
+            raise ValueError(f"FCPath rank must be >= 1 (1 in dense mode), got {rank}")
         self.mode = mode
+        self.rank = rank
         #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the stages
         self._capture: dict[str, torch.Tensor] | None = None
         g = self.group.order
@@ -308,30 +323,21 @@ class FCPath(Path):
             nn.init.normal_(self.linear.weight, std=math.sqrt(2.0 / (c_in * s_in)))
             nn.init.zeros_(self.linear.bias)
         else:
-            if c_in == 1:
-                warnings.warn(
-                    f"this factorised FC path sees a one-channel input (trivial group, "
-                    f"{in_channels} channel), so it passes its input through only {c_out} "
-                    "linear projections, one per output channel (out[o] = t_o(z) V_o + b_o); "
-                    "FC-only mixers then do not learn (benchmarks/results/recipe.md). Lift to "
-                    "C4 or D4 (group='C4'), or widen the layer",
-                    UserWarning,
-                    stacklevel=2,
-                )
             # Variance preserving: Var[t] = Var[z]; Var[out] = 2 Var[z] (ReLU gain).
             self.pixel_maps = nn.ModuleList(
-                [nn.Linear(s_in, c_out, bias=False) for _ in range(c_in)]
+                [nn.Linear(s_in, c_out * rank, bias=False) for _ in range(c_in)]
             )
-            self.channel_maps = nn.ModuleList([nn.Linear(c_in, s_out) for _ in range(c_out)])
+            self.channel_maps = nn.ModuleList([nn.Linear(c_in * rank, s_out) for _ in range(c_out)])
             for lin in self.pixel_maps:
                 nn.init.normal_(lin.weight, std=math.sqrt(1.0 / s_in))
             for lin in self.channel_maps:
-                nn.init.normal_(lin.weight, std=math.sqrt(2.0 / c_in))
+                nn.init.normal_(lin.weight, std=math.sqrt(2.0 / (c_in * rank)))
                 nn.init.zeros_(lin.bias)
 
     def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The factorised weights stacked: ``U`` (C_i, C_o, S_in), ``V`` (C_o, S_out, C_i)
-        and the bias (C_o, S_out); differentiable in the per-channel modules' parameters."""
+        """The factorised weights stacked: ``U`` (C_i, C_o R, S_in), ``V`` (C_o, S_out,
+        C_i R) and the bias (C_o, S_out); differentiable in the per-channel modules'
+        parameters."""
         u = torch.stack([m.weight for m in self.pixel_maps])
         v = torch.stack([m.weight for m in self.channel_maps])
         bias = torch.stack([m.bias for m in self.channel_maps])
@@ -344,18 +350,26 @@ class FCPath(Path):
         if self.mode == "dense":
             out = self.linear(x.reshape(b, -1))
         elif module_calls_active():  # one module call per channel, as hooking backends need
-            t = torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], dim=2)
+            t = self._by_output(torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], 1))
             out = torch.stack([m(t[:, o]) for o, m in enumerate(self.channel_maps)], dim=1)
         else:
             u, v, bias = self.stacked_weights()
-            t = torch.einsum("bix,iox->boi", x, u)  # stage 1, every input channel at once
-            out = torch.einsum("boi,oyi->boy", t, v) + bias  # stage 2, every output channel
+            t = self._by_output(torch.einsum("bix,ikx->bik", x, u))  # stage 1, all inputs
+            out = torch.einsum("boj,oyj->boy", t, v) + bias  # stage 2, every output channel
             if self._capture is not None:  # for the native Kronecker factors
                 self._capture.update(x=x, t=t, out=out)
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
+    def _by_output(self, t: torch.Tensor) -> torch.Tensor:
+        """Stage 1's outputs (B, C_i, C_o R), ordered by input channel, as stage 2's inputs
+        (B, C_o, C_i R), ordered by output channel (input ``i R + r`` of channel ``o``)."""
+        b, c_i, _ = t.shape
+        t = t.reshape(b, c_i, -1, self.rank).transpose(1, 2)  # (B, C_o, C_i, R)
+        return t.reshape(b, t.shape[1], c_i * self.rank)
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, mode={self.mode}"
+        rank = f", rank={self.rank}" if self.rank != 1 else ""
+        return f"{super().extra_repr()}, mode={self.mode}{rank}"
 
 
 def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:

@@ -78,6 +78,8 @@ class RelaxedLayer(nn.Module):
         stride: 1, or 2: the CONV and GCONV paths compute at full resolution and halve
             their output by ``downsample``; the FC path maps to the smaller grid.
         fc_mode: ``"factorized"`` or ``"dense"`` (see :class:`~ella.nn.FCPath`).
+        fc_rank: projections per pair of channels of a factorised FC path
+            (:class:`~ella.nn.FCPath`'s ``rank``).
         gconv_mode: ``"full"`` or ``"shared"`` (see :class:`~ella.nn.GConvPath`).
         activation: apply a ReLU after averaging the paths.
         norm: ``"none"``, or ``"instance"``: before the ReLU, normalise each example's
@@ -109,6 +111,7 @@ class RelaxedLayer(nn.Module):
         activation: bool = True,
         norm: Normalisation | str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
+        fc_rank: int = 1,
     ):
         super().__init__()
         self.group = layer_group(group)
@@ -125,7 +128,7 @@ class RelaxedLayer(nn.Module):
             stride=stride,
         )
         builders = {
-            "fc": lambda: FCPath(**common, mode=fc_mode),
+            "fc": lambda: FCPath(**common, mode=fc_mode, rank=fc_rank),
             "conv": lambda: ConvPath(**common, kernel_size=kernel_size, downsample=downsample),
             "gconv": lambda: GConvPath(
                 **common, kernel_size=kernel_size, mode=gconv_mode, downsample=downsample

@@ -108,6 +108,7 @@ class TrainConfig(ScheduleConfig):
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
+    fc_rank: int = option(1, minimum=1)
     norm: Normalisation = Normalisation.INSTANCE
     downsample: Downsampling = Downsampling.MAX
     model: ModelName = ModelName.MIXER
@@ -140,6 +141,7 @@ class TrainConfig(ScheduleConfig):
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         from ella.data.datasets import parse_name
+        from ella.models.build import check_fc_rank
         from ella.system import check_device_name
 
         super().check()
@@ -148,6 +150,7 @@ class TrainConfig(ScheduleConfig):
         check_device_name(self.device)
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv")
+        check_fc_rank(self)
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
         if self.train_size is not None and self.validation_size >= self.train_size:
@@ -206,6 +209,9 @@ HELP: dict[str, str] = {
     "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
     "group equivariant, locally shift invariant)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
+    "fc_rank": "factorised FC path: projections of the input per pair of input and output "
+    "channels (1: ELLA's V U form; more lets a one-channel input, e.g. the trivial group's "
+    "first layer, reach each output channel as more than one number)",
     "head_init": "mixer: data standardises the pooled features entering the head on the "
     f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster; "
     "benchmarks/results/trainability.md), default keeps torch's initialisation only",

@@ -141,6 +141,8 @@ MODELS = {
     "C4 mixed": lambda: mixer(1, 10, 8, "C4", width=1),
     "D4 mixed shared": lambda: mixer(1, 10, 8, "D4", width=1, gconv_mode="shared"),
     "C4 dense fc": lambda: mixer(1, 10, 8, "C4", width=1, fc_mode="dense"),
+    "C4 mixed fc rank 2": lambda: mixer(1, 10, 8, "C4", width=1, fc_rank=2),
+    "trivial fc only rank 3": lambda: mixer(1, 10, 8, "trivial", paths=("fc",), width=1, fc_rank=3),
     "C4 fc only": lambda: mixer(1, 10, 8, "C4", paths=("fc",), width=1),
     "D4 conv only": lambda: mixer(1, 10, 8, "D4", paths=("conv",), width=1),
     "C4 gconv only": lambda: mixer(1, 10, 8, "C4", paths=("gconv",), width=1),

@@ -1,11 +1,9 @@
 import itertools
-import warnings
 
 import pytest
 import torch
 
 from ella.models import mixer
-from ella.nn import FCPath
 from ella.testing import assert_equivariant, equivariance_errors
 
 PATH_COMBOS = [
@@ -114,24 +112,3 @@ def test_standardise_head_keeps_invariance_and_refuses_one_image():
     assert_equivariant(model, "C4", torch.randn(4, 1, 28, 28), atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="at least 2 images"):
         model.standardise_head(torch.randn(1, 1, 28, 28))
-
-
-def test_a_one_channel_factorised_fc_first_layer_is_flagged():
-    """On the trivial group a grey image lifts to one channel: the first FC layer's output
-    channel o is t_o(x) V_o + b_o, a function of one projection of the image."""
-    with pytest.warns(UserWarning, match="only 2 linear projections"):
-        model = mixer(1, 10, 8, group="trivial", paths=("fc",), width=2)
-    fc = model.layer1.paths["fc"]
-    x = torch.randn(3, 1, 1, 8, 8)
-    t = torch.stack([m(x[:, 0, 0].flatten(1)) for m in fc.pixel_maps], dim=-1)  # (B, C_o, 1)
-    out = fc(x)
-    for o in range(2):
-        v, b = fc.channel_maps[o].weight[:, 0], fc.channel_maps[o].bias
-        expected = t[:, o, 0, None] * v + b
-        torch.testing.assert_close(out[:, 0, o].flatten(1), expected)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        mixer(1, 10, 8, group="C4", paths=("fc",), width=2)
-        mixer(3, 10, 8, group="trivial", paths=("fc",), width=2)
-        mixer(1, 10, 8, group="trivial", paths=("conv",), width=2)
-        FCPath(1, 2, 8, "trivial", mode="dense")  # one dense map: no bottleneck

@@ -48,6 +48,9 @@ def test_parameter_counts(group, G):
     assert count(FCPath(c_in, c_out, 8, group, stride=2, mode="dense")) == (
         ci * s_in * co * s_out + co * s_out
     )
+    assert count(FCPath(c_in, c_out, 8, group, stride=2, rank=3)) == (
+        3 * ci * co * (s_in + s_out) + co * s_out
+    )
 
 
 def test_factorized_fc_equals_its_implied_dense_weight():
@@ -60,6 +63,35 @@ def test_factorized_fc_equals_its_implied_dense_weight():
     W = torch.einsum("yoi,oix->oiyx", V, U)
     expected = torch.einsum("oiyx,bix->boy", W, z.reshape(3, 8, 16)) + bias
     torch.testing.assert_close(path(z), expected.reshape(3, 4, 3, 2, 2))
+
+
+@pytest.mark.parametrize("group,c_in", [("trivial", 1), ("C4", 2)])
+def test_factorized_fc_of_rank_r_equals_its_implied_dense_weight(float64, group, c_in):
+    """W[o, i, y, x] = sum_r V[y, (o, i, r)] U[(o, r), (i, x)], written out per entry."""
+    rank, c_out = 3, 2
+    path = FCPath(c_in, c_out, 4, group, stride=2, rank=rank)
+    g = path.group.order
+    ci, co = g * c_in, g * c_out
+    z = lifted(group, c=c_in, size=4)
+    U = torch.stack([m.weight for m in path.pixel_maps])  # (Ci, Co R, S_in)
+    V = torch.stack([m.weight for m in path.channel_maps])  # (Co, S_out, Ci R)
+    W = torch.zeros(co, ci, 4, 16)
+    for o in range(co):
+        for i in range(ci):
+            for r in range(rank):
+                W[o, i] += torch.outer(V[o, :, i * rank + r], U[i, o * rank + r])
+    bias = torch.stack([m.bias for m in path.channel_maps])
+    expected = torch.einsum("oiyx,bix->boy", W, z.reshape(3, ci, 16)) + bias
+    torch.testing.assert_close(path(z), expected.reshape(3, g, c_out, 2, 2))
+    # each (output, input) channel pair maps through R projections, not one
+    assert torch.linalg.matrix_rank(W[0, 0]) == rank
+
+
+def test_fc_rank_needs_the_factorised_mode():
+    with pytest.raises(ValueError, match="rank"):
+        FCPath(1, 2, 4, "trivial", mode="dense", rank=2)
+    with pytest.raises(ValueError, match="rank"):
+        FCPath(1, 2, 4, "trivial", rank=0)
 
 
 # ---------------------------------------------------------------- symmetry
@@ -137,8 +169,10 @@ def test_bad_input_shapes():
 
 # ---------------------------------------------------------------- FC path without loops
 @pytest.mark.parametrize("stride", [1, 2])
-def test_fc_batched_forward_equals_one_call_per_channel(float64, stride):
-    assert_same_as_module_calls(FCPath(3, 2, 8, "C4", stride=stride), lifted("C4", c=3))
+@pytest.mark.parametrize("rank", [1, 3])
+def test_fc_batched_forward_equals_one_call_per_channel(float64, stride, rank):
+    path = FCPath(3, 2, 8, "C4", stride=stride, rank=rank)
+    assert_same_as_module_calls(path, lifted("C4", c=3))
 
 
 @pytest.mark.parametrize("group", ["C4", "D4"])

@@ -132,6 +132,10 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(prior_step=0.5), tmp_path)
     with pytest.raises(ValueError, match="prior_step must be greater than 0"):
         Trainer(tiny_config(prior_step=0.0, prior_update="optimum"), tmp_path)
+    with pytest.raises(ValueError, match="--fc-rank 2 .* use --fc-mode factorized"):
+        Trainer(tiny_config(fc_rank=2, fc_mode="dense"), tmp_path)
+    with pytest.raises(ValueError, match="fc_rank must be at least 1"):
+        Trainer(tiny_config(fc_rank=0), tmp_path)
 
 
 def test_validation_split_holds_out_the_last_training_images(tmp_path):
