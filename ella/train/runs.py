@@ -26,8 +26,8 @@ class TrainedRun:
             ``state`` (with ``--invariance`` other than ``none``, the
             :class:`~ella.invariance.InvariantClassifier` around ``net``).
         net: the network itself (the mixer whose layers carry the priors).
-        state: ``"best_evidence"`` (the state ``results.json`` reports when
-            priors were learned) or ``"final"``.
+        state: the state ``results.json`` reports: ``"final"``, or
+            ``"best_evidence"`` for a learned run with ``--report-state best_evidence``.
         data: the run's data set (same name, sizes and seeds as in training).
     """
 
