@@ -137,7 +137,7 @@ def read_run(run_dir: Path, all_images: bool = False) -> list[str]:
         "|---|---|---:|---:|",
     ]
     for (layer, path), (norm, moved) in sorted(movement(trainer, initial).items()):
-        lines.append(f"| {layer} | {path} | {norm:.3f} | {moved:.3f} |")
+        lines.append(f"| {layer} | {path} | {norm:.3f} | {moved:.3g} |")
     return [*lines, ""]
 
 

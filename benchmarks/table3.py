@@ -91,7 +91,7 @@ PROFILES = {
     "cpu": dict(train_size=1000, test_size=1000, width=2),
     # the same recipe on five times the images (a GPU: --device cuda), to see whether the
     # cpu profile's failures are its budget's
-    "gpu": dict(train_size=5000, test_size=2000, width=2),
+    "gpu": dict(train_size=5000, test_size=2000, width=2, lr_scaling="none"),
     "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip
 

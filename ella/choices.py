@@ -55,10 +55,12 @@ class LRScaling(Choice):
     (fan-in 784 at 28x28) would change its output 10x faster than a 3x3
     convolution's filter. The rule is the maximal-update parametrisation's for
     Adam's hidden weights (Yang et al., "Tensor Programs V", 2022).
+    ``auto``: ``fan_in`` with Adam, ``none`` with SGD (``ella train``'s default).
     """
 
     NONE = "none"
     FAN_IN = "fan_in"
+    AUTO = "auto"
 
 
 class ModelName(Choice):

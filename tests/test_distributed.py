@@ -155,8 +155,9 @@ TRAIN = [
     # each gradient to one of four pixels, and shifted images change every batch, so a
     # ~1e-7 difference grew to 1.7e-4 (max downsampling alone) and 6.2e-4 (shifts alone)
     # in one log precision after 2 epochs; the arithmetic of data parallelism is what
-    # this test checks, so it runs without them
-    "--downsample", "polyphase", "--augment", "none",
+    # this test checks, so it runs without them; with Adam's rate per fan-in (ella
+    # train's default since 2026-11-24) the difference reached 1.4e-3 (one log precision)
+    "--downsample", "polyphase", "--augment", "none", "--lr-scaling", "none",
 ]  # fmt: skip
 
 

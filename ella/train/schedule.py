@@ -45,11 +45,18 @@ class OptimizerConfig(Config):
     def check(self) -> None:
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
-        if self.lr_scaling != "none" and self.optimizer != "adam":
+        if self.lr_scaling == "fan_in" and self.optimizer != "adam":
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
-                f"about lr); with --optimizer {self.optimizer} use --lr-scaling none"
+                f"about lr); with --optimizer {self.optimizer} use --lr-scaling none or auto"
             )
+
+    def weight_lr_scaling(self) -> LRScaling:
+        """The rule in force: ``lr_scaling``, with ``auto`` resolved by the optimiser
+        (``fan_in`` for Adam, ``none`` for SGD)."""
+        if self.lr_scaling == LRScaling.AUTO:
+            return LRScaling.FAN_IN if self.optimizer == Optimizer.ADAM else LRScaling.NONE
+        return LRScaling.parse(self.lr_scaling, "lr_scaling")
 
 
 @dataclass
@@ -115,8 +122,12 @@ def fan_in(parameter: torch.Tensor) -> int:
 
 
 def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str) -> float:
-    """The factor on ``--lr`` of one tensor under ``scaling`` (see :class:`LRScaling`)."""
-    if LRScaling.parse(scaling, "lr_scaling") == LRScaling.NONE:
+    """The factor on ``--lr`` of one tensor under ``scaling``, ``none`` or ``fan_in`` (see
+    :class:`LRScaling`; ``auto`` is resolved by :meth:`OptimizerConfig.weight_lr_scaling`)."""
+    scaling = LRScaling.parse(scaling, "lr_scaling")
+    if scaling == LRScaling.AUTO:
+        raise ValueError("lr_scale needs none or fan_in; resolve auto with weight_lr_scaling()")
+    if scaling == LRScaling.NONE:
         return 1.0
     return min(1.0, FAN_IN_REFERENCE / fan_in(parameter))
 
@@ -139,7 +150,7 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
         parameters = parameters.parameters()
     scaled: dict[float, list[torch.Tensor]] = {}
     for parameter in parameters:
-        scaled.setdefault(lr_scale(parameter, config.lr_scaling), []).append(parameter)
+        scaled.setdefault(lr_scale(parameter, config.weight_lr_scaling()), []).append(parameter)
     groups = [
         {"params": group, "lr": config.lr * scale, "lr_scale": scale}
         for scale, group in scaled.items()
@@ -156,9 +167,10 @@ OPTIMIZER_HELP: dict[str, str] = {
     "lr": "initial learning rate of the weights (cosine schedule)",
     "lr_min": "final learning rate of the cosine schedule (0 <= lr_min <= lr)",
     "momentum": "SGD momentum in [0, 1] (ignored by adam)",
-    "lr_scaling": "adam: none (every weight at --lr) or fan_in (a weight tensor with more "
+    "lr_scaling": "none (every weight at --lr), fan_in (adam only: a weight tensor with more "
     f"than {FAN_IN_REFERENCE} inputs per output learns at lr * {FAN_IN_REFERENCE} / fan-in, "
-    "so that every layer's outputs move about as fast)",
+    "so that every layer's outputs move about as fast) or auto (fan_in with adam, none with "
+    "sgd)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }

@@ -57,3 +57,16 @@ def test_fan_in_scaling_is_refused_with_sgd():
         ConfigError, match="--lr-scaling fan_in is Adam's rule.*use --lr-scaling none"
     ):
         OptimizerConfig(optimizer="sgd", lr_scaling="fan_in")
+
+
+def test_auto_scaling_is_fan_in_with_adam_and_none_with_sgd():
+    model = nn.Sequential(nn.Linear(256, 4), nn.ReLU(), nn.Linear(4, 3))
+    adam = OptimizerConfig(lr_scaling="auto")
+    sgd = OptimizerConfig(optimizer="sgd", lr_scaling="auto")
+    assert (adam.weight_lr_scaling(), sgd.weight_lr_scaling()) == ("fan_in", "none")
+    assert sorted(g["lr_scale"] for g in make_optimizer(model, adam).param_groups) == [0.25, 1.0]
+    assert [g["lr_scale"] for g in make_optimizer(model, sgd).param_groups] == [1.0]
+    # ella train's default; ella.fit and ensembles keep every weight at lr
+    assert tiny_config().lr_scaling == "auto" and OptimizerConfig().lr_scaling == "none"
+    with pytest.raises(ValueError, match="resolve auto"):
+        lr_scale(model[0].weight, "auto")
