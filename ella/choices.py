@@ -44,7 +44,7 @@ class Optimizer(Choice):
 
 
 class LRScaling(Choice):
-    """Learning rate of each weight tensor relative to ``--lr`` (Adam only).
+    """Learning rate of each weight tensor relative to ``--lr`` (``fan_in``: Adam only).
 
     ``none``: every tensor at ``lr``.
     ``fan_in``: a weight tensor with fan-in ``n`` (its input features times its
