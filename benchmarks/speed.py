@@ -112,6 +112,28 @@ def fit_seconds(trainer: Trainer, backend: str, ggn: str) -> float:
     return time.perf_counter() - start
 
 
+def fit_flops(trainer: Trainer, ggn: str) -> float:
+    """FLOPs of one native evidence fit (``torch.utils.flop_counter``: the forward and
+    backward passes and the factors' products; the eigendecomposition has no count)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    trainer.priors.backend, trainer.priors.ggn = Backend.NATIVE, GGN.parse(ggn)
+    with FlopCounterMode(display=False) as counter:
+        trainer.fit_evidence()
+    return counter.get_total_flops()
+
+
+def eigendecomposition_seconds(trainer: Trainer) -> float:
+    """Wall time of the eigenvalues of the last fit's Kronecker factors (part of every fit)."""
+    from ella.marglik.laplace_internals import decompose, kron_eigenvalues
+
+    la = trainer.priors.evidence.laplace
+    decompose(la)  # a fresh lazy decomposition: nothing computed yet
+    start = time.perf_counter()
+    kron_eigenvalues(la)
+    return time.perf_counter() - start
+
+
 def timed_run(config: TrainConfig) -> float:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
@@ -153,11 +175,16 @@ def main() -> None:
             for ggn in ("exact", "mc"):
                 print(f"evidence fit {backend} {ggn} ...", flush=True)
                 fits[f"{backend}_{ggn}"] = fit_seconds(trainer, backend, ggn)
+        print("FLOPs of the native fits ...", flush=True)
+        flops = {ggn: fit_flops(trainer, ggn) for ggn in ("exact", "mc")}
+        eig_s = eigendecomposition_seconds(trainer)  # of the native mc fit's factors
+        n_train = len(trainer.data.train)
     print("MAP and ELLA runs ...", flush=True)
     map_s = timed_run(config_for(args.profile, learn_priors=False))
     ella_s = timed_run(base)
     memory = {p: child_peak_memory(args.profile, p) for p in ("epoch", "evidence_fit")}
     achieved = steps["flop_per_step"] / (steps["step_ms"] / 1e3) / 1e9
+    epoch_flop = steps["flop_per_step"] * n_train / base.batch_size
     payload = {
         "profile": args.profile,
         "command": f"python -m benchmarks.speed --profile {args.profile}",
@@ -174,6 +201,11 @@ def main() -> None:
         "fit_over_epoch_native_mc": fits["native_mc"] / epoch,
         "fit_over_epoch_asdl_exact": fits["asdl_exact"] / epoch,
         "fit_over_epoch_asdl_mc": fits["asdl_mc"] / epoch,
+        # the floor in arithmetic: a fit's FLOPs over an epoch's (step FLOPs x N / batch)
+        "fit_flop": {f"native_{g}": f for g, f in flops.items()},
+        "fit_flop_over_epoch_flop_native_exact": flops["exact"] / epoch_flop,
+        "fit_flop_over_epoch_flop_native_mc": flops["mc"] / epoch_flop,
+        "eigendecomposition_s": eig_s,
         "map_training_s": map_s,
         "ella_training_s": ella_s,
         "ella_over_map": ella_s / map_s,
@@ -192,6 +224,11 @@ def main() -> None:
         ("one epoch [s]", f"{epoch:.2f}"),
         *[(f"evidence fit, {k.replace('_', ' ')} [s] (/ epoch)",
            f"{v:.1f} ({v / epoch:.1f})") for k, v in fits.items()],
+        *[(f"evidence fit, native {g}: FLOPs / epoch's FLOPs (GFLOP/s of the fit)",
+           f"{f / epoch_flop:.2f} ({f / fits[f'native_{g}'] / 1e9:.1f})")
+          for g, f in flops.items()],
+        ("of each fit: eigenvalues of the Kronecker factors [s] (/ epoch)",
+         f"{eig_s:.2f} ({eig_s / epoch:.2f})"),
         ("MAP training [s]", f"{map_s:.1f}"),
         ("ELLA training [s] (/ MAP)", f"{ella_s:.1f} ({payload['ella_over_map']:.2f})"),
         ("peak RSS, one epoch [MiB]", f"{memory['epoch']:.0f}"),

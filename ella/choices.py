@@ -55,11 +55,16 @@ class LRScaling(Choice):
     (fan-in 784 at 28x28) would change its output 10x faster than a 3x3
     convolution's filter. The rule is the maximal-update parametrisation's for
     Adam's hidden weights (Yang et al., "Tensor Programs V", 2022).
+    ``fan_in_fc``: ``fan_in`` for the tensors of the FC paths
+    (:class:`~ella.nn.FCPath`) only, every other tensor at ``lr``: the per-pixel
+    maps get the step their fan-in calls for, while the shared CONV and GCONV
+    filters keep the full rate.
     ``auto``: ``fan_in`` with Adam, ``none`` with SGD (``ella train``'s default).
     """
 
     NONE = "none"
     FAN_IN = "fan_in"
+    FAN_IN_FC = "fan_in_fc"
     AUTO = "auto"
 
 

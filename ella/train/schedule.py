@@ -26,6 +26,7 @@ from ella.choices import (
 )
 from ella.config import Config, option
 from ella.errors import ConfigError
+from ella.nn.paths import FCPath
 
 
 @dataclass
@@ -45,7 +46,7 @@ class OptimizerConfig(Config):
     def check(self) -> None:
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
-        if self.lr_scaling == "fan_in" and self.optimizer != "adam":
+        if self.lr_scaling in ("fan_in", "fan_in_fc") and self.optimizer != "adam":
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
                 f"about lr); with --optimizer {self.optimizer} use --lr-scaling none or auto"
@@ -121,15 +122,26 @@ def fan_in(parameter: torch.Tensor) -> int:
     return math.prod(parameter.shape[1:]) if parameter.dim() > 1 else 1
 
 
-def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str) -> float:
-    """The factor on ``--lr`` of one tensor under ``scaling``, ``none`` or ``fan_in`` (see
-    :class:`LRScaling`; ``auto`` is resolved by :meth:`OptimizerConfig.weight_lr_scaling`)."""
+def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str, in_fc_path: bool = False) -> float:
+    """The factor on ``--lr`` of one tensor under ``scaling`` (see :class:`LRScaling`;
+    ``auto`` is resolved by :meth:`OptimizerConfig.weight_lr_scaling`).
+
+    Args:
+        parameter: a weight or bias tensor.
+        scaling: ``none``, ``fan_in`` or ``fan_in_fc``.
+        in_fc_path: whether the tensor belongs to an FC path (read by ``fan_in_fc``).
+    """
     scaling = LRScaling.parse(scaling, "lr_scaling")
     if scaling == LRScaling.AUTO:
-        raise ValueError("lr_scale needs none or fan_in; resolve auto with weight_lr_scaling()")
-    if scaling == LRScaling.NONE:
+        raise ValueError("lr_scale needs a resolved rule; resolve auto with weight_lr_scaling()")
+    if scaling == LRScaling.NONE or (scaling == LRScaling.FAN_IN_FC and not in_fc_path):
         return 1.0
     return min(1.0, FAN_IN_REFERENCE / fan_in(parameter))
+
+
+def fc_path_parameters(module: nn.Module) -> set[int]:
+    """``id`` of every tensor that belongs to an FC path of ``module``."""
+    return {id(p) for m in module.modules() if isinstance(m, FCPath) for p in m.parameters()}
 
 
 def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer:
@@ -146,11 +158,18 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     2.7e-4 apart in a log prior precision after two epochs (``foreach``: about
     1e-6; ``tests/test_distributed.py``), so it is not used.
     """
+    scaling = config.weight_lr_scaling()
     if isinstance(parameters, nn.Module):
+        fc = fc_path_parameters(parameters)
         parameters = parameters.parameters()
+    elif scaling == LRScaling.FAN_IN_FC:
+        raise ValueError("--lr-scaling fan_in_fc needs the model (an nn.Module), not its tensors")
+    else:
+        fc = set()
     scaled: dict[float, list[torch.Tensor]] = {}
     for parameter in parameters:
-        scaled.setdefault(lr_scale(parameter, config.weight_lr_scaling()), []).append(parameter)
+        scale = lr_scale(parameter, scaling, in_fc_path=id(parameter) in fc)
+        scaled.setdefault(scale, []).append(parameter)
     groups = [
         {"params": group, "lr": config.lr * scale, "lr_scale": scale}
         for scale, group in scaled.items()
@@ -169,8 +188,8 @@ OPTIMIZER_HELP: dict[str, str] = {
     "momentum": "SGD momentum in [0, 1] (ignored by adam)",
     "lr_scaling": "none (every weight at --lr), fan_in (adam only: a weight tensor with more "
     f"than {FAN_IN_REFERENCE} inputs per output learns at lr * {FAN_IN_REFERENCE} / fan-in, "
-    "so that every layer's outputs move about as fast) or auto (fan_in with adam, none with "
-    "sgd)",
+    "so that every layer's outputs move about as fast), fan_in_fc (adam only: fan_in for the "
+    "FC paths' tensors, every other tensor at --lr) or auto (fan_in with adam, none with sgd)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }
@@ -207,6 +226,7 @@ __all__ = [
     "cosine_lr",
     "evidence_due",
     "fan_in",
+    "fc_path_parameters",
     "lr_scale",
     "make_optimizer",
 ]

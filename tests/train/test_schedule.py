@@ -70,3 +70,35 @@ def test_auto_scaling_is_fan_in_with_adam_and_none_with_sgd():
     assert tiny_config().lr_scaling == "auto" and OptimizerConfig().lr_scaling == "none"
     with pytest.raises(ValueError, match="resolve auto"):
         lr_scale(model[0].weight, "auto")
+
+
+def test_fan_in_fc_scales_the_fc_paths_tensors_only(tmp_path):
+    from ella.nn.paths import FCPath
+    from ella.train.schedule import fc_path_parameters
+
+    torch.manual_seed(0)
+    model = Trainer(tiny_config(lr_scaling="fan_in_fc"), tmp_path).model
+    fc = fc_path_parameters(model)
+    fc_modules = [m for m in model.modules() if isinstance(m, FCPath)]
+    assert fc_modules and fc == {id(p) for m in fc_modules for p in m.parameters()}
+    optimizer = make_optimizer(model, OptimizerConfig(lr=1e-2, lr_scaling="fan_in_fc"))
+    every = make_optimizer(model, OptimizerConfig(lr=1e-2, lr_scaling="fan_in"))
+    scale_of = {id(p): g["lr_scale"] for g in optimizer.param_groups for p in g["params"]}
+    fan_in_of = {id(p): g["lr_scale"] for g in every.param_groups for p in g["params"]}
+    assert len(scale_of) == len(list(model.parameters()))
+    for p in model.parameters():
+        expected = fan_in_of[id(p)] if id(p) in fc else 1.0
+        assert scale_of[id(p)] == expected
+    # some FC tensor is slowed and some other tensor that fan_in slows is not
+    assert min(scale_of[i] for i in fc) < 1.0
+    assert any(fan_in_of[id(p)] < 1.0 and scale_of[id(p)] == 1.0 for p in model.parameters())
+
+
+def test_fan_in_fc_is_refused_with_sgd_and_without_the_model():
+    with pytest.raises(ConfigError, match="--lr-scaling fan_in_fc is Adam's rule"):
+        OptimizerConfig(optimizer="sgd", lr_scaling="fan_in_fc")
+    model = nn.Linear(256, 4)
+    with pytest.raises(ValueError, match="needs the model"):
+        make_optimizer(model.parameters(), OptimizerConfig(lr_scaling="fan_in_fc"))
+    assert lr_scale(model.weight, "fan_in_fc") == 1.0
+    assert lr_scale(model.weight, "fan_in_fc", in_fc_path=True) == 0.25
