@@ -113,3 +113,16 @@ def test_prior_reading_rereads_a_run_as_its_trainer_did(tmp_path):
         (f"layer{i}", p) for i in range(1, 9) for p in ("fc", "conv", "gconv")
     }
     assert max(float(r[4]) for r in rows) > 0
+
+
+def test_speed_counts_the_fits_flops_and_times_their_eigenvalues(tmp_path):
+    from benchmarks.speed import eigendecomposition_seconds, fit_flops
+    from ella.train import Trainer
+    from tests.train.test_loop import tiny_config
+
+    trainer = Trainer(tiny_config(), tmp_path)
+    exact, mc = fit_flops(trainer, "exact"), fit_flops(trainer, "mc")
+    # the exact GGN backpropagates one column per class (10), the MC GGN one
+    assert 0 < mc < exact
+    assert trainer.priors.backend == "native" and trainer.priors.ggn == "mc"
+    assert eigendecomposition_seconds(trainer) > 0
