@@ -28,10 +28,14 @@ SMOKE = dict(
     train_size=32, test_size=32, epochs=2, n_epochs_burnin=1, marglik_frequency=1,
     n_hypersteps=2, width=1, batch_size=16,
 )  # fmt: skip
+#: ella train's evidence schedule before 2026-11-25 (every third epoch, 20 Adam steps on
+#: the log precisions per round), pinned by the profiles whose results were made with it
+ADAM_ROUNDS = dict(prior_update="adam", prior_step=1.0, marglik_frequency=3)
 #: the reference's schedule on the full data (for a GPU)
 PAPER_SCHEDULE = dict(
     train_size=None, test_size=None, epochs=200, n_epochs_burnin=10, marglik_frequency=5,
     n_hypersteps=20, optimizer="sgd", lr=0.1, prior_precision=1.0, batch_size=500,
+    prior_update="adam", prior_step=1.0,
 )  # fmt: skip
 
 

@@ -44,8 +44,8 @@ DATASETS = ("mnist_subset", "rotated_mnist_subset")
 RECIPES = {"default": {}, "norm+lr3e-3": {"norm": "instance", "lr": 3e-3}}
 PRIORS = {
     "map": {"learn_priors": False},
-    "adam": {"prior_update": "adam"},
-    "optimum": {"prior_update": "optimum"},
+    "adam": {"prior_update": "adam", "prior_step": 1.0},
+    "optimum": {"prior_update": "optimum", "prior_step": 1.0},
 }
 PROFILES = {
     "smoke": SMOKE,

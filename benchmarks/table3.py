@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks._runner import (
+    ADAM_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
     claims_markdown,
@@ -133,11 +134,11 @@ PROFILES = {
     "cpu": dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto"),
     # the same recipe on five times the images (a GPU: --device cuda), to see whether the
     # cpu profile's failures are its budget's
-    "gpu": dict(train_size=5000, test_size=2000, width=2, lr_scaling="none"),
+    "gpu": dict(train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS),
     # ella train's recipe on 5000 images of each set on 2 CPU cores (the CIFAR-10 subset
     # has 3805: all of them): does the gpu profile's rotation rise hold with the rate per
     # fan-in, within the two hours per table?
-    "cpu_5000": dict(train_size=5000, test_size=2000, width=2, lr_scaling="auto"),
+    "cpu_5000": dict(train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS),
     "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip
 

@@ -228,10 +228,13 @@ class PriorUpdate(Choice):
     """How an evidence round moves the prior precisions: ``adam`` takes ``n_hypersteps``
     Adam steps on the log precisions (the ELLA reference); ``optimum`` sets them to the
     round's maximum of the evidence at the fitted weights and curvature (closed-form
-    stationarity condition per group, Kronecker Hessian only)."""
+    stationarity condition per group, Kronecker Hessian only); ``auto`` is ``optimum``
+    for the network's priors and ``adam`` when the input invariance is learned with them
+    (``ella train``'s default)."""
 
     ADAM = "adam"
     OPTIMUM = "optimum"
+    AUTO = "auto"
 
 
 class Backend(Choice):

@@ -160,6 +160,7 @@ class PriorLearner:
         """A learner with the evidence options of a :class:`~ella.train.schedule.ScheduleConfig`
         (prior structure and initial precision, ``lr_hyp``, Hessian, backend, GGN);
         ``options`` adds ``likelihood`` and ``sigma_noise``."""
+        update = config.prior_update_rule()  # auto resolved
         return cls(
             model,
             n_data,
@@ -169,9 +170,10 @@ class PriorLearner:
             hessian=config.hessian,
             backend=config.backend,
             ggn=config.ggn,
-            update=config.prior_update,
+            update=update,
             mean=config.prior_mean,
-            step=config.prior_step,
+            # the damping of the optimum; Adam's rounds have none (auto may resolve to adam)
+            step=config.prior_step if update == "optimum" else 1.0,
             **options,
         )
 

@@ -19,6 +19,7 @@ from ella.choices import (
     ModelName,
     Normalisation,
     PathName,
+    PriorUpdate,
     ReportedState,
 )
 from ella.config import option
@@ -94,6 +95,9 @@ class TrainConfig(ScheduleConfig):
         "downsample": "polyphase",
         "report_state": "best_evidence",
         "lr_scaling": "none",
+        "prior_update": "adam",
+        "prior_step": 1.0,
+        "marglik_frequency": 3,
     }
 
     # data
@@ -137,11 +141,24 @@ class TrainConfig(ScheduleConfig):
     # fan-in"): fan_in with Adam
     lr_scaling: LRScaling = LRScaling.AUTO
     ggn: GGN = GGN.MC
+    # priors that converge within the run (benchmarks/results/recipe.md, "A schedule under
+    # which the priors converge"): every second epoch after the burn-in, each round half
+    # the way to its optimum; adam where the optimum does not apply
+    marglik_frequency: int = option(2, minimum=1)
+    prior_update: PriorUpdate = PriorUpdate.AUTO
+    prior_step: float = option(0.5, greater_than=0, maximum=1)
     # the final state validated better than the best-evidence one in all six runs of
     # benchmarks/results/recipe.md, "Which state to report"
     report_state: ReportedState = ReportedState.FINAL
     # run
     device: str = option("cpu", defines_run=False)
+
+    def prior_update_rule(self) -> PriorUpdate:
+        """``auto`` resolved: ``adam`` when the input invariance is learned as well (the
+        closed-form optimum covers the network's priors only), else as for any schedule."""
+        if self.prior_update == PriorUpdate.AUTO and self.invariance == "learned":
+            return PriorUpdate.ADAM
+        return super().prior_update_rule()
 
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
@@ -179,7 +196,7 @@ class TrainConfig(ScheduleConfig):
                 f"kron; with --hessian {self.hessian} give a subset size at least "
                 "--train-size, which uses every training image"
             )
-        if self.invariance == "learned" and self.prior_update == "optimum":
+        if self.invariance == "learned" and self.prior_update == PriorUpdate.OPTIMUM:
             raise ConfigError(
                 "--prior-update optimum is for the network's priors alone; learned "
                 "invariance moves eta and the priors together with --prior-update adam"

@@ -81,13 +81,23 @@ class ScheduleConfig(OptimizerConfig):
 
     def check(self) -> None:
         super().check()
-        if self.prior_update == "optimum" and self.hessian != "kron":
-            raise ConfigError("--prior-update optimum needs --hessian kron")
-        if self.prior_step != 1 and self.prior_update != "optimum":
+        if self.prior_update_rule() == PriorUpdate.OPTIMUM and self.hessian != "kron":
+            raise ConfigError(
+                f"--prior-update {self.prior_update} (the round's optimum) needs --hessian "
+                "kron; with another Hessian use --prior-update adam"
+            )
+        if self.prior_step != 1 and self.prior_update == PriorUpdate.ADAM:
             raise ConfigError(
                 f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
                 "are set by --lr-hyp and --n-hypersteps)"
             )
+
+    def prior_update_rule(self) -> PriorUpdate:
+        """The update in force: ``prior_update``, with ``auto`` resolved (``optimum`` with
+        the Kronecker Hessian, which its closed form needs; ``adam`` otherwise)."""
+        if self.prior_update == PriorUpdate.AUTO:
+            return PriorUpdate.OPTIMUM if self.hessian == "kron" else PriorUpdate.ADAM
+        return PriorUpdate.parse(self.prior_update, "prior_update")
         if self.backend == "native" and self.hessian != "kron":
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
@@ -206,9 +216,12 @@ SCHEDULE_HELP: dict[str, str] = {
     "n_epochs_burnin": "epochs of MAP training before the first evidence fit",
     "marglik_frequency": "fit the evidence every this many epochs after the burn-in",
     "prior_update": "adam: --n-hypersteps Adam steps per evidence fit (the reference); "
-    "optimum: the fit's maximum of the evidence, per prior group in closed form",
-    "prior_step": "with --prior-update optimum: the fraction of the way to each round's "
-    "optimum that the log precisions move (1: to the optimum; below 1 damps the rounds)",
+    "optimum: the fit's maximum of the evidence, per prior group in closed form; auto: "
+    "optimum, or adam where optimum does not apply (a Hessian other than kron, learned "
+    "invariance)",
+    "prior_step": "with --prior-update optimum (or auto, where it resolves to optimum): the "
+    "fraction of the way to each round's optimum that the log precisions move (1: to the "
+    "optimum; below 1 damps the rounds)",
     "n_hypersteps": "Adam steps on the prior precisions per evidence fit (--prior-update adam)",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "backend": "curvature backend of the Laplace evidence",

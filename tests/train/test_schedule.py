@@ -102,3 +102,35 @@ def test_fan_in_fc_is_refused_with_sgd_and_without_the_model():
         make_optimizer(model.parameters(), OptimizerConfig(lr_scaling="fan_in_fc"))
     assert lr_scale(model.weight, "fan_in_fc") == 1.0
     assert lr_scale(model.weight, "fan_in_fc", in_fc_path=True) == 0.25
+
+
+def test_auto_prior_update_is_the_damped_optimum_where_it_applies():
+    from ella.train import TrainConfig
+    from ella.train.schedule import ScheduleConfig
+
+    config = TrainConfig()
+    assert (config.prior_update, config.prior_step, config.marglik_frequency) == ("auto", 0.5, 2)
+    assert config.prior_update_rule() == "optimum"
+    # the closed-form optimum covers the network's priors with the Kronecker Hessian only
+    assert TrainConfig(invariance="learned", augment="none").prior_update_rule() == "adam"
+    assert (
+        ScheduleConfig(prior_update="auto", hessian="diag", backend="asdl").prior_update_rule()
+        == "adam"
+    )
+    # ella.fit keeps the reference's Adam rounds; an explicit rule is kept as given
+    assert ScheduleConfig().prior_update_rule() == "adam"
+    assert TrainConfig(prior_update="adam", prior_step=1.0).prior_update_rule() == "adam"
+    with pytest.raises(ConfigError, match="--prior-update optimum .*learned invariance"):
+        TrainConfig(prior_update="optimum", invariance="learned", augment="none")
+
+
+def test_the_learner_gets_the_resolved_prior_update(tmp_path):
+    trainer = Trainer(tiny_config(), tmp_path)
+    assert trainer.priors.update == "optimum" and trainer.priors.step == 0.5
+
+
+def test_auto_with_learned_invariance_trains_with_adam_rounds(tmp_path):
+    config = tiny_config(invariance="learned", augment="none", model="mlp", epochs=1)
+    trainer = Trainer(config, tmp_path)
+    assert config.prior_step == 0.5  # the default, not read by Adam's rounds
+    assert trainer.priors.update == "adam" and trainer.priors.step == 1.0
