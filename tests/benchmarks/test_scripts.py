@@ -86,7 +86,8 @@ def test_prior_reading_rereads_a_run_as_its_trainer_did(tmp_path):
 
     config = TrainConfig(
         train_size=32, test_size=16, epochs=1, width=1, batch_size=16, n_epochs_burnin=1,
-        marglik_frequency=1, prior_update="optimum", ggn="exact", progress=False,
+        marglik_frequency=1, prior_update="optimum", prior_step=1.0, ggn="exact",
+        progress=False,
     )  # fmt: skip
     results = train(config, tmp_path / "run")
     text = prior_reading.main([str(tmp_path / "run")])
