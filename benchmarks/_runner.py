@@ -118,6 +118,7 @@ def train_row(labels: dict, config: TrainConfig) -> dict:
         "shares": shares_summary(r["effective_parameters"]),
         "effective_parameters": r["effective_parameters"],
         "prior_precision": r["prior_precision"],
+        "prior_convergence": r["prior_convergence"],
         "eta": r["eta"],
         "eta_history": r["eta_history"],
         "parameters": r["parameters"],
