@@ -214,6 +214,11 @@ def main() -> None:
         "wall_time_s": time.time() - start,
     }
     env, cfg = payload["environment"], base
+    rounds = (
+        f"each round {cfg.prior_step:g} of the way to its optimum"
+        if cfg.prior_update_rule() == "optimum"
+        else f"{cfg.n_hypersteps} Adam hypersteps per round"
+    )
     rows = [
         (f"training step, batch {cfg.batch_size} [ms]", f"{steps['step_ms']:.0f}"),
         ("same step, every module called on its own (per_module_calls) [ms]",
@@ -246,7 +251,7 @@ def main() -> None:
             f"{cfg.batch_size}; evidence fits over all training images (batch "
             f"{cfg.marglik_batch_size}); ELLA and MAP runs at the default schedule "
             f"({cfg.epochs} epochs, evidence after epoch {cfg.n_epochs_burnin}+ every "
-            f"{cfg.marglik_frequency}, {cfg.n_hypersteps} hypersteps, {cfg.backend} "
+            f"{cfg.marglik_frequency}, {rounds}, {cfg.backend} "
             f"{cfg.ggn} GGN, norm {cfg.norm}, lr {cfg.lr:g}).",
             "",
             "| quantity | value |",
