@@ -186,7 +186,11 @@ def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> 
 
 
 def schedule_note(settings: dict) -> str:
-    """When the evidence acted, for a profile's settings (a fact about the schedule)."""
+    """When the evidence acted, for a profile's settings (a fact about the schedule).
+
+    Callers pass the settings a results file stored over the profile's current ones, so
+    that options pinned to the values a file ran with (``ADAM_ROUNDS``) fill what an
+    older file did not store, instead of today's defaults."""
     config = TrainConfig(**{k: v for k, v in settings.items() if k in TrainConfig.__annotations__})
     epochs = evidence_epochs(config)
     if not epochs:

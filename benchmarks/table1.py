@@ -122,7 +122,7 @@ def main(argv=None) -> dict:
     }
     payload["claims"] = claims
     payload["notes"] = [
-        schedule_note(payload["settings"]),
+        schedule_note({**PROFILES[args.profile], **payload["settings"]}),
         *comparison_notes(rows, "task", "fc_map", "learned"),
         *ANALYSIS.get(payload["profile"], []),
     ]
