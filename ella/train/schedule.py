@@ -91,6 +91,11 @@ class ScheduleConfig(OptimizerConfig):
                 f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
                 "are set by --lr-hyp and --n-hypersteps)"
             )
+        if self.backend == "native" and self.hessian != "kron":
+            raise ConfigError(
+                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
+                "(the native backend gives Kronecker factors only)"
+            )
 
     def prior_update_rule(self) -> PriorUpdate:
         """The update in force: ``prior_update``, with ``auto`` resolved (``optimum`` with
@@ -98,11 +103,6 @@ class ScheduleConfig(OptimizerConfig):
         if self.prior_update == PriorUpdate.AUTO:
             return PriorUpdate.OPTIMUM if self.hessian == "kron" else PriorUpdate.ADAM
         return PriorUpdate.parse(self.prior_update, "prior_update")
-        if self.backend == "native" and self.hessian != "kron":
-            raise ConfigError(
-                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
-                "(the native backend gives Kronecker factors only)"
-            )
 
 
 def evidence_due(config: ScheduleConfig, epoch: int, learning: bool | None = None) -> bool:

@@ -134,3 +134,11 @@ def test_auto_with_learned_invariance_trains_with_adam_rounds(tmp_path):
     trainer = Trainer(config, tmp_path)
     assert config.prior_step == 0.5  # the default, not read by Adam's rounds
     assert trainer.priors.update == "adam" and trainer.priors.step == 1.0
+
+
+def test_a_non_kronecker_hessian_needs_a_stock_backend():
+    from ella.train.schedule import ScheduleConfig
+
+    with pytest.raises(ConfigError, match="--hessian full needs a stock backend"):
+        ScheduleConfig(hessian="full", backend="native")
+    ScheduleConfig(hessian="full", backend="asdl")  # the stock backends give it
