@@ -229,8 +229,8 @@ class PriorUpdate(Choice):
     Adam steps on the log precisions (the ELLA reference); ``optimum`` sets them to the
     round's maximum of the evidence at the fitted weights and curvature (closed-form
     stationarity condition per group, Kronecker Hessian only); ``auto`` is ``optimum``
-    for the network's priors and ``adam`` when the input invariance is learned with them
-    (``ella train``'s default)."""
+    where it applies and ``adam`` where it does not (a Hessian other than Kronecker, or
+    input invariance learned with the priors); ``ella train``'s default."""
 
     ADAM = "adam"
     OPTIMUM = "optimum"

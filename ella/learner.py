@@ -137,6 +137,11 @@ class PriorLearner:
         self.prior_mean: torch.Tensor | None = (
             self._trainable_vector().detach().clone() if self.mean is PriorMean.INIT else None
         )
+        if self.update == PriorUpdate.AUTO:
+            raise ConfigError(
+                "update='auto' is a configuration's choice; pass the rule it resolves to "
+                "(ScheduleConfig.prior_update_rule(): 'optimum' or 'adam')"
+            )
         if self.update == "optimum" and self.hessian != "kron":
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
         if step != 1 and self.update != "optimum":

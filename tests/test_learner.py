@@ -116,6 +116,8 @@ def test_the_optimum_update_reaches_the_best_evidence_of_the_round(float64):
     assert adam.gaps == [pytest.approx(gap, rel=1e-9)] and gap > 0.1
     with pytest.raises(ConfigError, match="Kronecker"):
         PriorLearner(user_model(), n_data=24, hessian="diag", backend="asdl", update="optimum")
+    with pytest.raises(ConfigError, match="update='auto' is a configuration's choice"):
+        PriorLearner(user_model(), n_data=24, update="auto")
 
 
 def test_a_damped_optimum_update_moves_the_given_fraction_of_the_way(float64):
