@@ -104,9 +104,14 @@ def step_timing(trainer: Trainer) -> dict:
     }
 
 
-def fit_seconds(trainer: Trainer, backend: str, ggn: str) -> float:
-    # the learner holds its backend and GGN from construction (PriorLearner.from_config)
+def use_curvature(trainer: Trainer, backend: str, ggn: str) -> None:
+    """Make the trainer's next evidence fits use ``backend`` and ``ggn`` (the learner holds
+    both from construction, :meth:`PriorLearner.from_config`)."""
     trainer.priors.backend, trainer.priors.ggn = Backend.parse(backend), GGN.parse(ggn)
+
+
+def fit_seconds(trainer: Trainer, backend: str, ggn: str) -> float:
+    use_curvature(trainer, backend, ggn)
     start = time.perf_counter()
     trainer.fit_evidence()
     return time.perf_counter() - start
@@ -117,7 +122,7 @@ def fit_flops(trainer: Trainer, ggn: str) -> float:
     backward passes and the factors' products; the eigendecomposition has no count)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    trainer.priors.backend, trainer.priors.ggn = Backend.NATIVE, GGN.parse(ggn)
+    use_curvature(trainer, "native", ggn)
     with FlopCounterMode(display=False) as counter:
         trainer.fit_evidence()
     return counter.get_total_flops()
