@@ -14,7 +14,7 @@ weights, Eschenhagen et al., NeurIPS 2023), computed differently:
   ("expand"), exactly as ASDL sees the folded batch;
 * a factorised :class:`~ella.nn.FCPath` is handled as a whole: its two stages
   are two ``einsum`` over stacked weights, and the factors of all its
-  ``2 C`` per-channel modules come from four batched ``einsum`` (no module is
+  ``2 C`` per-channel modules come from four batched products (no module is
   called or hooked one by one), which is what makes the fit cheap;
 * the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K``
   backward passes for the exact GGN of ``K`` classes; each column's output
@@ -49,6 +49,18 @@ __all__ = ["NativeGGN", "curvature_blocks"]
 
 
 # ---------------------------------------------------------------- blocks
+def gram(rows: torch.Tensor) -> torch.Tensor:
+    """``sum_n conj(r_n) r_n^T`` for each of ``K`` stacks of rows: (K, N, d) -> (K, d, d).
+
+    One ``bmm`` over a contiguous copy of the rows. ``einsum`` on the same operands
+    (e.g. ``"mkx,mky->kxy"`` on activations laid out (N, K, d)) hands ``bmm`` strided
+    batches that it copies matrix by matrix: on the default mixer's FC factors that
+    was 2.6x slower, and 8x on the complex cross-spectra of :func:`circular_patch_gram`.
+    """
+    rows = rows.contiguous()
+    return torch.bmm(rows.conj().transpose(1, 2), rows)
+
+
 def _patches(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """The patches ``conv`` multiplies, (M, L, C k_h k_w), padded by its own padding mode."""
     if conv.padding_mode != "zeros":
@@ -91,14 +103,14 @@ def circular_patch_gram(x: torch.Tensor, kernel_size: tuple[int, int]) -> torch.
     """
     m, c, h, w = x.shape
     kh, kw = kernel_size
-    spectrum = torch.fft.rfft2(x)  # (M, C, H, W // 2 + 1)
-    cross = torch.einsum("mcf,mdf->cdf", spectrum.flatten(2).conj(), spectrum.flatten(2))
+    spectrum = torch.fft.rfft2(x).flatten(2).permute(2, 0, 1)  # (F, M, C), F = H (W // 2 + 1)
+    cross = gram(spectrum).permute(1, 2, 0)  # (C, C', F): sum_m conj(X_mc) X_mc'
     r = torch.fft.irfft2(cross.reshape(c, c, h, -1), s=(h, w))  # (C, C', H, W): R_{cc'}(d)
     i, j = torch.arange(kh, device=x.device), torch.arange(kw, device=x.device)
     di = ((i[None, :] - i[:, None]) % h)[:, None, :, None]  # [i, ., i', .] -> i' - i
     dj = ((j[None, :] - j[:, None]) % w)[None, :, None, :]  # [., j, ., j'] -> j' - j
-    gram = r[:, :, di, dj]  # (C, C', k_h, k_w, k_h', k_w') as [c, c', i, j, i', j']
-    return gram.permute(0, 2, 3, 1, 4, 5).reshape(c * kh * kw, c * kh * kw)
+    entries = r[:, :, di, dj]  # (C, C', k_h, k_w, k_h', k_w') as [c, c', i, j, i', j']
+    return entries.permute(0, 2, 3, 1, 4, 5).reshape(c * kh * kw, c * kh * kw)
 
 
 def input_factor(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -261,7 +273,7 @@ class _ConvPathsBlock:
 
 class _FCPathBlock:
     """A factorised FC path: ``C_i`` pixel maps ``[B_i, A_i]`` and ``C_o`` channel maps
-    ``[B_o, A_o]``, ``[B_o]`` (bias), all from the stacked stages in four ``einsum``."""
+    ``[B_o, A_o]``, ``[B_o]`` (bias), all from the stacked stages in four :func:`gram`."""
 
     def __init__(self, path: FCPath):
         self.path = path
@@ -279,14 +291,14 @@ class _FCPathBlock:
         rank = self.path.rank
         # pixel map i's outputs are (o, r) at o R + r: (M, Ci, Co R)
         grad_u = grad_t.reshape(m, c_o, -1, rank).transpose(1, 2).reshape(m, -1, c_o * rank)
-        b_pixel = torch.einsum("mik,mil->ikl", grad_u, grad_u)  # (Ci, Co R, Co R)
-        b_channel = torch.einsum("moy,moz->oyz", grad_out, grad_out)  # (Co, Sout, Sout)
+        b_pixel = gram(grad_u.transpose(0, 1))  # (Ci, Co R, Co R)
+        b_channel = gram(grad_out.transpose(0, 1))  # (Co, Sout, Sout)
         return [b_pixel, b_channel]
 
     def input_sums(self) -> list[torch.Tensor]:
         x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci R)
-        a_pixel = torch.einsum("mix,miy->ixy", x, x)  # (Ci, Sin, Sin)
-        a_channel = torch.einsum("moi,moj->oij", t, t)  # (Co, Ci R, Ci R)
+        a_pixel = gram(x.transpose(0, 1))  # (Ci, Sin, Sin)
+        a_channel = gram(t.transpose(0, 1))  # (Co, Ci R, Ci R)
         return [a_pixel, a_channel]
 
     def assemble(
