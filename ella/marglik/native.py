@@ -13,7 +13,7 @@ weights, Eschenhagen et al., NeurIPS 2023), computed differently:
   GCONV filter shared over group copies and positions sees them as extra rows
   ("expand"), exactly as ASDL sees the folded batch;
 * a factorised :class:`~ella.nn.FCPath` is handled as a whole: its two stages
-  are two ``einsum`` over stacked weights, and the factors of all its
+  are two ``bmm`` over stacked weights, and the factors of all its
   ``2 C`` per-channel modules come from four batched products (no module is
   called or hooked one by one), which is what makes the fit cheap;
 * the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K``
@@ -282,24 +282,19 @@ class _FCPathBlock:
         return _Capture(self.path)
 
     def outputs(self) -> list[torch.Tensor]:
-        return [self.path._capture["t"], self.path._capture["out"]]
+        return [self.path._capture["stage1"], self.path._capture["out"]]
 
     def output_factor(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per-channel ``sum b b^T`` of both stages for one column of the GGN's root."""
-        grad_t, grad_out = grads  # (M, Co, Ci R), (M, Co, Sout)
-        m, c_o, _ = grad_t.shape
-        rank = self.path.rank
-        # pixel map i's outputs are (o, r) at o R + r: (M, Ci, Co R)
-        grad_u = grad_t.reshape(m, c_o, -1, rank).transpose(1, 2).reshape(m, -1, c_o * rank)
-        b_pixel = gram(grad_u.transpose(0, 1))  # (Ci, Co R, Co R)
-        b_channel = gram(grad_out.transpose(0, 1))  # (Co, Sout, Sout)
-        return [b_pixel, b_channel]
+        grad_stage1, grad_out = grads  # (Ci, M, Co R), (Co, M, Sout): channel-major
+        return [gram(grad_stage1), gram(grad_out)]  # (Ci, Co R, Co R), (Co, Sout, Sout)
 
     def input_sums(self) -> list[torch.Tensor]:
-        x, t = self.path._capture["x"], self.path._capture["t"]  # (M, Ci, Sin), (M, Co, Ci R)
-        a_pixel = gram(x.transpose(0, 1))  # (Ci, Sin, Sin)
-        a_channel = gram(t.transpose(0, 1))  # (Co, Ci R, Ci R)
-        return [a_pixel, a_channel]
+        x, mixed = (
+            self.path._capture["x"],
+            self.path._capture["mixed"],
+        )  # (Ci, M, Sin), (Co, M, Ci R)
+        return [gram(x), gram(mixed)]  # (Ci, Sin, Sin), (Co, Ci R, Ci R)
 
     def assemble(
         self, a_sums: list[torch.Tensor], b_sums: list[torch.Tensor], n_data: int

@@ -47,7 +47,7 @@ _module_calls = 0  # > 0 inside per_module_calls()
 def per_module_calls() -> Iterator[None]:
     """Run every path as calls of its own modules (``module(x)``).
 
-    By default :class:`FCPath` computes its forward with two batched ``einsum`` over
+    By default :class:`FCPath` computes its forward with two batched matrix products (``bmm``) over
     the stacked weights of its per-channel ``nn.Linear`` modules, a constant number
     of operations whatever the channel count, and a layer's CONV and full GCONV
     paths share one convolution (:func:`convolve_paths`). Curvature backends that
@@ -349,23 +349,31 @@ class FCPath(Path):
         x = z.reshape(b, g * c, h * w)
         if self.mode == "dense":
             out = self.linear(x.reshape(b, -1))
-        elif module_calls_active():  # one module call per channel, as hooking backends need
-            t = self._by_output(torch.stack([m(x[:, i]) for i, m in enumerate(self.pixel_maps)], 1))
-            out = torch.stack([m(t[:, o]) for o, m in enumerate(self.channel_maps)], dim=1)
         else:
-            u, v, bias = self.stacked_weights()
-            t = self._by_output(torch.einsum("bix,ikx->bik", x, u))  # stage 1, all inputs
-            out = torch.einsum("boj,oyj->boy", t, v) + bias  # stage 2, every output channel
-            if self._capture is not None:  # for the native Kronecker factors
-                self._capture.update(x=x, t=t, out=out)
+            rows = x.transpose(0, 1)  # (C_i, B, S_in): channel-major, as bmm batches them
+            if module_calls_active():  # one module call per channel, as hooking backends need
+                stage1 = torch.stack([m(rows[i]) for i, m in enumerate(self.pixel_maps)])
+                mixed = self._by_output(stage1)
+                out = torch.stack([m(mixed[o]) for o, m in enumerate(self.channel_maps)])
+            else:
+                # bmm over contiguous channel-major operands: einsum on the batch-major
+                # layout handed bmm strided batches that it copied matrix by matrix
+                u, v, bias = self.stacked_weights()
+                rows = rows.contiguous()
+                stage1 = torch.bmm(rows, u.transpose(1, 2))  # (C_i, B, C_o R), all inputs
+                mixed = self._by_output(stage1)  # (C_o, B, C_i R)
+                out = torch.baddbmm(bias[:, None], mixed, v.transpose(1, 2))  # (C_o, B, S_out)
+                if self._capture is not None:  # for the native Kronecker factors
+                    self._capture.update(x=rows, stage1=stage1, mixed=mixed, out=out)
+            out = out.transpose(0, 1)
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
-    def _by_output(self, t: torch.Tensor) -> torch.Tensor:
-        """Stage 1's outputs (B, C_i, C_o R), ordered by input channel, as stage 2's inputs
-        (B, C_o, C_i R), ordered by output channel (input ``i R + r`` of channel ``o``)."""
-        b, c_i, _ = t.shape
-        t = t.reshape(b, c_i, -1, self.rank).transpose(1, 2)  # (B, C_o, C_i, R)
-        return t.reshape(b, t.shape[1], c_i * self.rank)
+    def _by_output(self, stage1: torch.Tensor) -> torch.Tensor:
+        """Stage 1's outputs (C_i, B, C_o R), per input channel, as stage 2's inputs
+        (C_o, B, C_i R), per output channel (input ``i R + r`` of channel ``o``)."""
+        c_i, b, _ = stage1.shape
+        mixed = stage1.reshape(c_i, b, -1, self.rank).permute(2, 1, 0, 3)  # (C_o, B, C_i, R)
+        return mixed.reshape(mixed.shape[0], b, c_i * self.rank).contiguous()
 
     def extra_repr(self) -> str:
         rank = f", rank={self.rank}" if self.rank != 1 else ""
