@@ -33,6 +33,7 @@ import torch
 from laplace.utils.matrix import KronDecomposed
 
 from ella.errors import EvidenceError
+from ella.marglik.linalg import eigvalsh
 
 __all__ = [
     "LazyKronDecomposed",
@@ -98,7 +99,7 @@ def _factor_eigenvalues(factor: torch.Tensor) -> torch.Tensor:
     a failure raises :class:`EvidenceError` where laplace-torch ends the process."""
     if factor.ndim == 1:
         return factor
-    return _robust_symmetric(torch.linalg.eigvalsh, factor).clamp(min=0.0)
+    return _robust_symmetric(eigvalsh, factor).clamp(min=0.0)
 
 
 def _factor_eigenvectors(factor: torch.Tensor) -> torch.Tensor:
