@@ -149,7 +149,31 @@ def test_a_subset_fit_decomposes_each_factor_once(monkeypatch):
 
     monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
     evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8), n_data=4 * len(x))
-    dense = [
-        tuple(f.shape) for block in kron_factors(evidence.laplace) for f in block if f.ndim == 2
-    ]
-    assert sorted(calls) == sorted(dense)
+    dense = [f for block in kron_factors(evidence.laplace) for f in block if f.ndim == 2]
+    distinct = [f for i, f in enumerate(dense) if not any(torch.equal(f, g) for g in dense[:i])]
+    assert len(distinct) < len(dense)  # the bias blocks repeat their weights' output factors
+    assert sorted(calls) == sorted(tuple(f.shape) for f in distinct)
+
+
+def test_equal_factors_are_decomposed_once_and_get_the_same_eigenvalues(float64, monkeypatch):
+    """A bias block ``[B]`` repeats its weight's ``B``: decomposed once, shared; a factor
+    with the same trace but other entries is decomposed on its own."""
+    x = torch.randn(10, 4)
+    b = x.T @ x
+    same_trace = b.clone()
+    same_trace[0, 1] = same_trace[1, 0] = b[0, 1] + 1.0  # off-diagonal change: trace kept
+    a = torch.eye(3)
+    factors = [[b, a], [b.clone()], [same_trace], [torch.ones(4)]]
+    real, calls = torch.linalg.eigvalsh, []
+
+    def counting(matrix, UPLO="L"):
+        calls.append(matrix)
+        return real(matrix, UPLO=UPLO)
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
+    values = LazyKronDecomposed(factors).eigenvalues
+    assert len(calls) == 3  # b, a, same_trace; not b's copy; the diagonal is its own
+    for block, lams in zip(factors, values, strict=True):
+        for factor, lam in zip(block, lams, strict=True):
+            expected = factor if factor.ndim == 1 else real(factor).clamp(min=0)
+            torch.testing.assert_close(lam, expected)
