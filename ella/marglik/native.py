@@ -16,8 +16,9 @@ weights, Eschenhagen et al., NeurIPS 2023), computed differently:
   are two ``bmm`` over stacked weights, and the factors of all its
   ``2 C`` per-channel modules come from four batched products (no module is
   called or hooked one by one), which is what makes the fit cheap;
-* the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K``
-  backward passes for the exact GGN of ``K`` classes; each column's output
+* the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K - 1``
+  backward passes for the exact GGN of ``K`` classes, the rank of the softmax
+  Hessian, :func:`softmax_hessian_root`; each column's output
   gradients are reduced to ``b b^T`` sums before the next, so memory holds one
   column's gradients) or as one Monte-Carlo column (``stochastic=True``: a
   label sampled from the model's predictive).
@@ -385,6 +386,33 @@ def _accumulate(
     return totals
 
 
+def softmax_hessian_root(p: torch.Tensor) -> torch.Tensor:
+    """``K - 1`` columns ``v`` per example with ``sum_v v v^T = diag(p) - p p^T``, the
+    Hessian of the cross-entropy in the logits: (K - 1, M, K) for probabilities (M, K).
+
+    The ``K`` columns ``sqrt(p_c) (e_c - p)``, i.e. ``L = (I - p 1^T) diag(sqrt p)``,
+    square to the Hessian but are linearly dependent: ``L sqrt(p) = 0``. Rotating
+    them by an orthogonal ``Q`` whose last column is ``sqrt(p)`` (``|sqrt p| = 1``)
+    leaves ``L Q Q^T L^T`` unchanged and makes the last column zero, so the first
+    ``K - 1`` columns of ``L Q`` give the same GGN with one backward pass fewer per
+    batch. ``Q`` is the Householder reflection ``I - 2 u u^T / u^T u`` with
+    ``u = sqrt(p) + e_K``, which maps ``sqrt(p)`` to ``-e_K`` (``u^T u >= 2``: no
+    cancellation, however confident the prediction).
+    """
+    m, k = p.shape
+    if k == 1:  # one class: the Hessian is zero; one zero column keeps the factors' shapes
+        return torch.zeros(1, m, 1, dtype=p.dtype, device=p.device)
+    root = p.sqrt()
+    lower = (torch.eye(k, dtype=p.dtype, device=p.device) - p[:, :, None]) * root[:, None, :]
+    u = root.clone()
+    u[:, -1] += 1.0
+    # L Q e_j for j < K, with Q e_j = e_j - 2 u u_j / (u^T u)
+    lu = lower @ u[:, :, None]  # (M, K, 1)
+    scale = 2.0 / (u * u).sum(-1)  # (M,)
+    columns = lower[:, :, :-1] - scale[:, None, None] * lu * u[:, None, :-1]  # (M, K, K-1)
+    return columns.permute(2, 0, 1)
+
+
 class NativeGGN(CurvatureInterface):
     """laplace-torch curvature backend with ella's batched Kronecker factors (``kron`` only).
 
@@ -437,8 +465,7 @@ class NativeGGN(CurvatureInterface):
         if self.stochastic:
             y = torch.distributions.Categorical(p).sample()
             return (F.one_hot(y, p.shape[-1]).to(p.dtype) - p)[None]
-        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
-        return p.T.sqrt()[:, :, None] * (eye[:, None, :] - p[None])  # (K, M, K)
+        return softmax_hessian_root(p)
 
     def _output_factors(
         self, f: torch.Tensor, outputs: list[torch.Tensor], columns: torch.Tensor

@@ -317,3 +317,17 @@ def test_circular_patch_gram_equals_the_unfolded_gram(float64, shape, kernel):
         pytest.skip("F.pad cannot pad this map circularly")
     rows = _patches(conv, x).reshape(-1, shape[1] * kernel[0] * kernel[1])
     torch.testing.assert_close(circular_patch_gram(x, kernel), rows.T @ rows)
+
+
+@pytest.mark.parametrize("classes", [1, 2, 10])
+@pytest.mark.parametrize("spread", [1.0, 40.0])  # 40: predictions confident to 1e-17
+def test_the_softmax_hessian_root_has_k_minus_1_columns(float64, classes, spread):
+    from ella.marglik.native import softmax_hessian_root
+
+    p = (spread * torch.randn(6, classes, generator=torch.Generator().manual_seed(0))).softmax(-1)
+    columns = softmax_hessian_root(p)
+    assert columns.shape == (max(classes - 1, 1), 6, classes)
+    hessian = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    torch.testing.assert_close(
+        torch.einsum("vmk,vml->mkl", columns, columns), hessian, rtol=0, atol=1e-15
+    )
