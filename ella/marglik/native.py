@@ -291,10 +291,8 @@ class _FCPathBlock:
         return [gram(grad_stage1), gram(grad_out)]  # (Ci, Co R, Co R), (Co, Sout, Sout)
 
     def input_sums(self) -> list[torch.Tensor]:
-        x, mixed = (
-            self.path._capture["x"],
-            self.path._capture["mixed"],
-        )  # (Ci, M, Sin), (Co, M, Ci R)
+        capture = self.path._capture
+        x, mixed = capture["x"], capture["mixed"]  # (Ci, M, Sin), (Co, M, Ci R): channel-major
         return [gram(x), gram(mixed)]  # (Ci, Sin, Sin), (Co, Ci R, Ci R)
 
     def assemble(
