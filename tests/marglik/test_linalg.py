@@ -17,7 +17,17 @@ def symmetric(n: int, dtype=torch.float64) -> torch.Tensor:
 
 @pytest.mark.parametrize("uplo", ["U", "L"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_large_factor_matches_torch_in_float64(uplo, dtype):
+def test_large_factor_matches_torch_in_float64(uplo, dtype, monkeypatch):
+    import scipy.linalg
+
+    real, calls = scipy.linalg.eigvalsh, []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(linalg, "scipy_blas_threads_match", lambda: True)
+    monkeypatch.setattr("scipy.linalg.eigvalsh", counting)
     a = symmetric(SCIPY_EIGVALSH_MIN_SIZE + 1, dtype)
     # the other triangle is garbage: only UPLO's may be read
     garbled = a.triu() if uplo == "U" else a.tril()
@@ -26,6 +36,7 @@ def test_large_factor_matches_torch_in_float64(uplo, dtype):
     expected = torch.linalg.eigvalsh(a.double())
     tol = 1e-10 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(values.double(), expected, rtol=0, atol=tol * expected.max())
+    assert calls == [1]  # through scipy
 
 
 def test_small_batched_and_differentiable_factors_stay_with_torch(monkeypatch):
@@ -43,9 +54,38 @@ def test_small_batched_and_differentiable_factors_stay_with_torch(monkeypatch):
 
 
 def test_no_convergence_is_a_runtime_error_as_in_torch(monkeypatch):
+    monkeypatch.setattr(linalg, "scipy_blas_threads_match", lambda: True)
+
     def fail(*args, **kwargs):
         raise np.linalg.LinAlgError("did not converge")
 
     monkeypatch.setattr("scipy.linalg.eigvalsh", fail)
     with pytest.raises(RuntimeError, match="did not converge"):
         linalg.eigvalsh(symmetric(SCIPY_EIGVALSH_MIN_SIZE))
+
+
+def test_scipy_only_where_openblas_would_use_torchs_thread_count(monkeypatch):
+    """OpenBLAS does not follow torch.set_num_threads: with another count (ELLA_THREADS, a
+    data-parallel process) the eigenvalues stay with torch instead of oversubscribing."""
+    import os
+
+    calls = []
+    real = linalg.scipy_blas_threads_match
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        raise AssertionError("scipy must not be called")
+
+    large = symmetric(SCIPY_EIGVALSH_MIN_SIZE)
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads + 1))
+    assert not real()
+    monkeypatch.setattr("scipy.linalg.eigvalsh", spy)
+    torch.testing.assert_close(eigvalsh(large), torch.linalg.eigvalsh(large, UPLO="U"))
+    assert calls == []
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", str(threads))  # OpenBLAS's own variable wins
+    assert real()
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert real() == (len(os.sched_getaffinity(0)) == threads)
