@@ -24,7 +24,7 @@ subset at 28x28), measured side by side because these machines are noisy:
 * peak resident memory of one epoch and of one native evidence fit, each in a
   fresh child process (``VmHWM``; a forked child would inherit the parent's).
 
-    python -m benchmarks.speed                 # cpu profile, about 8 minutes on 2 cores
+    python -m benchmarks.speed                 # cpu profile, about 10 minutes on 2 cores
     python -m benchmarks.speed --profile paper # the paper's sizes (60000 images, GPU)
 """
 
