@@ -29,6 +29,7 @@ import torch
 
 from benchmarks._runner import (
     SMOKE,
+    SUBSET_1000,
     claims_markdown,
     common_arguments,
     header_line,
@@ -50,7 +51,7 @@ PRIORS = {
 PROFILES = {
     "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=None, epochs=10, n_epochs_burnin=4,
-                marglik_frequency=3, n_hypersteps=20, width=2),
+                marglik_frequency=3, n_hypersteps=20, width=2, **SUBSET_1000),
 }  # fmt: skip
 
 

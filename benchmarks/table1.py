@@ -23,6 +23,7 @@ from benchmarks._runner import (
     ADAM_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
+    SUBSET_1000,
     claims_markdown,
     common_arguments,
     comparison_notes,
@@ -85,7 +86,7 @@ PROFILES = {
     # (Adam's rate per fan-in, the default since, was not part of that validation: pinned off)
     "cpu": dict(
         train_size=4000, test_size=2000, width=4, norm="none", head_init="default",
-        lr_scaling="none", **ADAM_ROUNDS,
+        lr_scaling="none", **ADAM_ROUNDS, **SUBSET_1000,
     ),
     "paper": {**PAPER_SCHEDULE, "width": 8},
 }  # fmt: skip
