@@ -31,14 +31,11 @@ SMOKE = dict(
 #: ella train's evidence schedule before 2026-11-25 (every third epoch, 20 Adam steps on
 #: the log precisions per round), pinned by the profiles whose results were made with it
 ADAM_ROUNDS = dict(prior_update="adam", prior_step=1.0, marglik_frequency=3)
-#: ella train's evidence subset before 2026-11-25 (1000 images per round, now 500), pinned
-#: by the profiles whose results were made with it
-SUBSET_1000 = dict(marglik_subset_size=1000)
 #: the reference's schedule on the full data (for a GPU)
 PAPER_SCHEDULE = dict(
     train_size=None, test_size=None, epochs=200, n_epochs_burnin=10, marglik_frequency=5,
     n_hypersteps=20, optimizer="sgd", lr=0.1, prior_precision=1.0, batch_size=500,
-    prior_update="adam", prior_step=1.0, **SUBSET_1000,
+    prior_update="adam", prior_step=1.0,
 )  # fmt: skip
 
 

@@ -27,7 +27,6 @@ import math
 
 from benchmarks._runner import (
     SMOKE,
-    SUBSET_1000,
     claims_markdown,
     common_arguments,
     header_line,
@@ -60,7 +59,7 @@ PROFILES = {
     "cpu": {**COMMON, "train_size": 2000, "test_size": 2000, "epochs": 30,
             "n_epochs_burnin": 4, "marglik_frequency": 2, "n_hypersteps": 10,
             "invariance_samples": 8, "invariance_eval_samples": 16,
-            "invariance_marglik_size": 500, **SUBSET_1000},
+            "invariance_marglik_size": 500},
     "paper": {**COMMON, "train_size": None, "test_size": None, "epochs": 1000,
               "n_epochs_burnin": 10, "marglik_frequency": 1, "n_hypersteps": 1,
               "invariance_samples": 31, "invariance_eval_samples": 31,

@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from benchmarks._runner import SUBSET_1000
 from ella.choices import PathName, PriorMode
 from ella.marglik import PriorStructure
 from ella.report import effective_parameter_report
@@ -145,8 +144,7 @@ def read_run(run_dir: Path, all_images: bool = False) -> list[str]:
 def read_init(dataset: str, seed: int) -> list[str]:
     lines = [f"## {dataset}, untrained (seed {seed})", ""]
     for shuffled in (False, True):
-        # the evidence subset of the untrained readings in recipe.md
-        config = TrainConfig(dataset=dataset, validation_size=500, seed=seed, **SUBSET_1000)
+        config = TrainConfig(dataset=dataset, validation_size=500, seed=seed)
         trainer, _ = trainer_at_init(config)
         if shuffled:
             x, y = trainer.data.train.tensors

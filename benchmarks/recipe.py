@@ -29,7 +29,6 @@ import torch
 
 from benchmarks._runner import (
     SMOKE,
-    SUBSET_1000,
     claims_markdown,
     common_arguments,
     header_line,
@@ -51,7 +50,7 @@ PRIORS = {
 PROFILES = {
     "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=None, epochs=10, n_epochs_burnin=4,
-                marglik_frequency=3, n_hypersteps=20, width=2, **SUBSET_1000),
+                marglik_frequency=3, n_hypersteps=20, width=2),
 }  # fmt: skip
 
 

@@ -42,7 +42,6 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks._common import environment, write_results
-from benchmarks._runner import SUBSET_1000
 from ella.choices import GGN, Backend
 from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer
@@ -50,8 +49,8 @@ from ella.train import TrainConfig, Trainer
 PROFILES = {
     # 1000 training images (ella train's default is 3000): an epoch and a full evidence fit
     # see the same images, as the fit / epoch ratio asks
-    "cpu": dict(train_size=1000, test_size=500, marglik_subset_size=None),
-    "paper": dict(dataset="mnist", train_size=None, test_size=None, batch_size=500, **SUBSET_1000),
+    "cpu": dict(train_size=1000, test_size=500),
+    "paper": dict(dataset="mnist", train_size=None, test_size=None, batch_size=500),
 }
 
 

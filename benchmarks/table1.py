@@ -23,7 +23,6 @@ from benchmarks._runner import (
     ADAM_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
-    SUBSET_1000,
     claims_markdown,
     common_arguments,
     comparison_notes,
@@ -86,7 +85,7 @@ PROFILES = {
     # (Adam's rate per fan-in, the default since, was not part of that validation: pinned off)
     "cpu": dict(
         train_size=4000, test_size=2000, width=4, norm="none", head_init="default",
-        lr_scaling="none", **ADAM_ROUNDS, **SUBSET_1000,
+        lr_scaling="none", **ADAM_ROUNDS,
     ),
     "paper": {**PAPER_SCHEDULE, "width": 8},
 }  # fmt: skip

@@ -20,7 +20,6 @@ from benchmarks._runner import (
     ADAM_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
-    SUBSET_1000,
     claims_markdown,
     common_arguments,
     comparison_notes,
@@ -157,18 +156,14 @@ PROFILES = {
     # ella train's recipe (chosen on an MNIST validation split, benchmarks/results/recipe.md:
     # 20 epochs, shifts of up to 2 px, max downsampling, evidence rounds at epochs 6-18 on
     # 1000 images with the MC GGN), the same for every data set, on 1000 images of each
-    "cpu": dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto", **SUBSET_1000),
+    "cpu": dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto"),
     # the same recipe on five times the images (a GPU: --device cuda), to see whether the
     # cpu profile's failures are its budget's
-    "gpu": dict(
-        train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS, **SUBSET_1000
-    ),
+    "gpu": dict(train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS),
     # ella train's recipe on 5000 images of each set on 2 CPU cores (the CIFAR-10 subset
     # has 3805: all of them): does the gpu profile's rotation rise hold with the rate per
     # fan-in, within the two hours per table?
-    "cpu_5000": dict(
-        train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS, **SUBSET_1000
-    ),
+    "cpu_5000": dict(train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS),
     "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip
 
