@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._common import environment, write_results
-from benchmarks._runner import ADAM_ROUNDS
+from benchmarks._runner import ADAM_ROUNDS, RANDOM_START
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,9 @@ def worker(out: str, device: str) -> None:
     from ella.train import TrainConfig, Trainer
 
     world = distributed.start()
-    config = TrainConfig(progress=False, test_size=100, device=device, ggn="exact", **ADAM_ROUNDS)
+    config = TrainConfig(
+        progress=False, test_size=100, device=device, ggn="exact", **ADAM_ROUNDS, **RANDOM_START
+    )
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(config, Path(tmp) / "run")
         trainer.train_epoch()  # warm-up (allocator, kernels)

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from benchmarks._runner import RANDOM_START
 from ella.choices import PathName, PriorMode
 from ella.marglik import PriorStructure
 from ella.report import effective_parameter_report
@@ -144,7 +145,8 @@ def read_run(run_dir: Path, all_images: bool = False) -> list[str]:
 def read_init(dataset: str, seed: int) -> list[str]:
     lines = [f"## {dataset}, untrained (seed {seed})", ""]
     for shuffled in (False, True):
-        config = TrainConfig(dataset=dataset, validation_size=500, seed=seed)
+        # the initialisation its results file read: every path at its random start
+        config = TrainConfig(dataset=dataset, validation_size=500, seed=seed, **RANDOM_START)
         trainer, _ = trainer_at_init(config)
         if shuffled:
             x, y = trainer.data.train.tensors

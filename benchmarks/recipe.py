@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._runner import (
+    RANDOM_START,
     SMOKE,
     claims_markdown,
     common_arguments,
@@ -50,7 +51,7 @@ PRIORS = {
 PROFILES = {
     "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=None, epochs=10, n_epochs_burnin=4,
-                marglik_frequency=3, n_hypersteps=20, width=2),
+                marglik_frequency=3, n_hypersteps=20, width=2, **RANDOM_START),
 }  # fmt: skip
 
 

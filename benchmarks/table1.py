@@ -82,7 +82,9 @@ PROFILES = {
     # rounds at epochs 6-18, MC GGN) without instance norm and the head's standardisation,
     # which stop FC networks on the trivial group: chosen on a validation split of both
     # tasks (benchmarks/results/recipe.md, "The FC path's rank")
-    # (Adam's rate per fan-in, the default since, was not part of that validation: pinned off)
+    # (Adam's rate per fan-in, the default since, was not part of that validation: pinned off);
+    # the FC path starting at zero in the learned mixer (ella train's default since
+    # 2026-11-25) validated better on both tasks (recipe.md, "The FC path starts at zero")
     "cpu": dict(
         train_size=4000, test_size=2000, width=4, norm="none", head_init="default",
         lr_scaling="none", **ADAM_ROUNDS,

@@ -19,6 +19,7 @@ import argparse
 from benchmarks._runner import (
     ADAM_ROUNDS,
     PAPER_SCHEDULE,
+    RANDOM_START,
     SMOKE,
     claims_markdown,
     common_arguments,
@@ -159,11 +160,15 @@ PROFILES = {
     "cpu": dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto"),
     # the same recipe on five times the images (a GPU: --device cuda), to see whether the
     # cpu profile's failures are its budget's
-    "gpu": dict(train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS),
+    "gpu": dict(
+        train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS, **RANDOM_START
+    ),
     # ella train's recipe on 5000 images of each set on 2 CPU cores (the CIFAR-10 subset
     # has 3805: all of them): does the gpu profile's rotation rise hold with the rate per
     # fan-in, within the two hours per table?
-    "cpu_5000": dict(train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS),
+    "cpu_5000": dict(
+        train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS, **RANDOM_START
+    ),
     "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip
 

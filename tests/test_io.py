@@ -43,3 +43,10 @@ def test_an_option_whose_default_changed_counts_as_what_ella_did_before_it(tmp_p
     with pytest.raises(CheckpointError, match=r"\['norm'\]"):
         load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig())
     assert load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(norm="none"))["config"] == saved
+    # every path started at its random weights before zero_init (a tuple option) existed
+    saved = TrainConfig().to_dict()
+    del saved["zero_init"]
+    save_torch({"config": saved}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match=r"\['zero_init'\]"):
+        load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig())
+    assert load_checkpoint(tmp_path / "checkpoint.pt", TrainConfig(zero_init=()))["config"] == saved

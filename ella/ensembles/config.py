@@ -60,6 +60,7 @@ class EnsembleConfig(OptimizerConfig):
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
     fc_rank: int = option(1, minimum=1)
+    zero_init: tuple[PathName, ...] = option((), nargs="*")
     norm: Normalisation = Normalisation.NONE
     downsample: Downsampling = Downsampling.POLYPHASE
     # ensemble
@@ -90,10 +91,10 @@ class EnsembleConfig(OptimizerConfig):
         from ella.data.corruptions import SEVERITIES
         from ella.data.datasets import parse_name
         from ella.groups import get_group
-        from ella.models.build import check_fc_rank
+        from ella.models.build import check_mixer_options
         from ella.system import check_device_name
 
-        check_fc_rank(self)
+        check_mixer_options(self)
 
         super().check()
         parse_name(self.dataset)
@@ -136,6 +137,7 @@ HELP: dict[str, str] = {
     "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
     "group equivariant, locally shift invariant)",
     "fc_mode": "mixer FC path: factorized (ELLA's V U form) or dense (small sizes only)",
+    "zero_init": "mixer: paths whose last stage starts at zero in mixed layers",
     "fc_rank": "mixer FC path: projections per pair of channels of the factorised form (1: ELLA's)",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",

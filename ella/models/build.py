@@ -10,7 +10,7 @@ from ella.errors import ConfigError
 from ella.models.baselines import BASELINE_MODELS
 from ella.models.mixer import mixer
 
-__all__ = ["ModelOptions", "build_model", "check_fc_rank"]
+__all__ = ["ModelOptions", "build_model", "check_mixer_options"]
 
 
 class ModelOptions(Protocol):
@@ -23,22 +23,32 @@ class ModelOptions(Protocol):
     gconv_mode: str
     fc_mode: str
     fc_rank: int
+    zero_init: tuple[str, ...]
     norm: str
     downsample: str
 
 
-def check_fc_rank(config: ModelOptions) -> None:
-    """``fc_rank`` above 1 needs the factorised FC path (raises ConfigError)."""
+def check_mixer_options(config: ModelOptions) -> None:
+    """Refuse, before any work, mixer options that cannot go together (ConfigError):
+    ``fc_rank`` above 1 without the factorised FC path, and ``zero_init`` naming every
+    path of a mixed network."""
     if config.fc_rank > 1 and config.fc_mode != "factorized":
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
             f"{config.fc_mode} has none: use --fc-mode factorized or --fc-rank 1"
         )
+    if len(config.paths) > 1 and set(config.paths) <= set(config.zero_init):
+        raise ConfigError(
+            f"--zero-init {' '.join(config.zero_init)} starts every path of --paths "
+            f"{' '.join(config.paths)} at zero, so no layer would get a gradient; leave at "
+            "least one path out (the default starts only fc at zero)"
+        )
 
 
 def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: int) -> nn.Module:
     """A plain baseline (``mlp``, ``cnn``: ``width`` only) or a mixer with every mixer option
-    of ``config`` (paths, group, width, GCONV and FC modes, normalisation, downsampling)."""
+    of ``config`` (paths, group, width, GCONV and FC modes, the paths that start at zero,
+    normalisation, downsampling)."""
     if config.model in BASELINE_MODELS:
         return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
     return mixer(
@@ -51,6 +61,7 @@ def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: 
         gconv_mode=config.gconv_mode,
         fc_mode=config.fc_mode,
         fc_rank=config.fc_rank,
+        zero_init=config.zero_init,
         norm=config.norm,
         downsample=config.downsample,
     )

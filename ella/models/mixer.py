@@ -97,6 +97,7 @@ class Mixer(nn.Module):
         norm: str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
         fc_rank: int = 1,
+        zero_init: Sequence[str] = (),
     ):
         super().__init__()
         if in_channels < 1 or num_classes < 1 or width < 1:
@@ -125,6 +126,7 @@ class Mixer(nn.Module):
                     stride=s.stride,
                     fc_mode=fc_mode,
                     fc_rank=fc_rank,
+                    zero_init=zero_init,
                     gconv_mode=gconv_mode,
                     downsample=downsample,
                     # one value per channel (trivial group, 1x1 map) cannot be normalised
@@ -239,7 +241,8 @@ def mixer(
         paths: non-empty subset of ``("fc", "conv", "gconv")``.
         width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
         **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
-            ``fc_mode``, ``fc_rank``, ``gconv_mode``, ``pool``, ``head_multiplier``, ``norm``:
+            ``fc_mode``, ``fc_rank``, ``zero_init``, ``gconv_mode``, ``pool``,
+            ``head_multiplier``, ``norm``:
             ``"instance"`` normalises before every ReLU, ``downsample``: ``"polyphase"`` or
             ``"max"`` in the stride-2 layers; see :class:`~ella.nn.RelaxedLayer`).
 

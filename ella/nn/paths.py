@@ -115,6 +115,20 @@ class Path(nn.Module):
     def _downsample(self, z: torch.Tensor) -> torch.Tensor:
         return downsample_by(z, self.downsample) if self.stride == 2 else z
 
+    def output_parameters(self) -> list[nn.Parameter]:
+        """The last stage's weight and bias: every output of the path is linear in them."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def start_at_zero(self) -> None:
+        """Zero :meth:`output_parameters`, so that the path adds nothing until training
+        grows it; its other parameters keep their random start, so the last stage gets
+        a gradient at once. A layer whose symmetry-breaking paths start at zero begins as
+        the symmetric network and breaks the symmetry where the data pulls
+        (benchmarks/results/recipe.md, "The FC path starts at zero")."""
+        for param in self.output_parameters():
+            param.zero_()
+
     def extra_repr(self) -> str:
         return (
             f"in={self.in_channels}, out={self.out_channels}, size={self.in_size}"
@@ -161,6 +175,9 @@ class ConvPath(Path):
         self.conv = _init_conv(
             nn.Conv2d(g * in_channels, g * out_channels, k, padding=k // 2, padding_mode="circular")
         )
+
+    def output_parameters(self) -> list[nn.Parameter]:
+        return [self.conv.weight, self.conv.bias]
 
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Weight (G C_out, G C_in, k, k) and bias (G C_out) over the lifted channels."""
@@ -226,6 +243,9 @@ class GConvPath(Path):
         self.register_buffer("expand", torch.argsort(self.gather, dim=1), persistent=False)
         #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
         self._capture: dict[str, torch.Tensor] | None = None
+
+    def output_parameters(self) -> list[nn.Parameter]:
+        return [self.conv.weight, self.conv.bias]
 
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The full mode's expanded filter: weight (G C_out, G C_in, k, k), with block
@@ -333,6 +353,11 @@ class FCPath(Path):
             for lin in self.channel_maps:
                 nn.init.normal_(lin.weight, std=math.sqrt(2.0 / (c_in * rank)))
                 nn.init.zeros_(lin.bias)
+
+    def output_parameters(self) -> list[nn.Parameter]:
+        """Stage 2: every output channel's ``V`` and bias (dense mode: the whole map)."""
+        maps = [self.linear] if self.mode == "dense" else list(self.channel_maps)
+        return [p for lin in maps for p in (lin.weight, lin.bias)]
 
     def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The factorised weights stacked: ``U`` (C_i, C_o R, S_in), ``V`` (C_o, S_out,

@@ -40,6 +40,24 @@ def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
     return tuple(p for p in PATH_NAMES if p in paths)
 
 
+def check_zero_init(zero_init: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
+    """The paths of a layer with ``paths`` that start at zero under ``zero_init``.
+
+    Names of paths the layer lacks are skipped, and a single-path layer never starts
+    at zero (it is the whole layer), so one setting serves FC-only, CONV-only and mixed
+    networks alike. A mixed layer must keep at least one path at its random start.
+    """
+    names = check_path_names(zero_init) if zero_init else ()
+    if len(paths) < 2:
+        return ()
+    if set(paths) <= set(names):
+        raise ValueError(
+            f"zero_init names every path of a layer ({' '.join(paths)}): it would output "
+            "zero and nothing before it would get a gradient; leave at least one path out"
+        )
+    return tuple(n for n in names if n in paths)
+
+
 def instance_normalise(z: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """Normalise every (example, channel) of a lifted tensor over (group, H, W).
 
@@ -92,6 +110,10 @@ class RelaxedLayer(nn.Module):
         downsample: ``"polyphase"`` (exactly shift and group equivariant) or ``"max"``
             (2x2 max; exactly group equivariant, locally shift invariant); see
             :class:`~ella.choices.Downsampling`.
+        zero_init: paths that start at zero (:meth:`~ella.nn.paths.Path.start_at_zero`):
+            ``("fc",)`` makes the layer begin as its convolutions, which the data can
+            then relax. Paths the layer lacks are skipped, a single-path layer keeps
+            its start (:func:`check_zero_init`), and a mixed layer must keep one path.
 
     Shapes:
         input (B, |G|, in_channels, H, W) -> output (B, |G|, out_channels, H/stride, W/stride).
@@ -112,6 +134,7 @@ class RelaxedLayer(nn.Module):
         norm: Normalisation | str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
         fc_rank: int = 1,
+        zero_init: Sequence[str] = (),
     ):
         super().__init__()
         self.group = layer_group(group)
@@ -135,6 +158,8 @@ class RelaxedLayer(nn.Module):
             ),
         }
         self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
+        for name in check_zero_init(zero_init, self.path_names):
+            self.paths[name].start_at_zero()
         self.out_size = next(iter(self.paths.values())).out_size
         #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
         self._capture: dict[str, torch.Tensor] | None = None

@@ -98,6 +98,7 @@ class TrainConfig(ScheduleConfig):
         "prior_update": "adam",
         "prior_step": 1.0,
         "marglik_frequency": 3,
+        "zero_init": [],
     }
 
     # data
@@ -115,6 +116,9 @@ class TrainConfig(ScheduleConfig):
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
     fc_rank: int = option(1, minimum=1)
+    # the FC path starts at zero: validated better on MNIST, translated and rotated MNIST
+    # (benchmarks/results/recipe.md, "The FC path starts at zero")
+    zero_init: tuple[PathName, ...] = option((PathName.FC,), nargs="*")
     norm: Normalisation = Normalisation.INSTANCE
     downsample: Downsampling = Downsampling.MAX
     model: ModelName = ModelName.MIXER
@@ -163,7 +167,7 @@ class TrainConfig(ScheduleConfig):
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         from ella.data.datasets import parse_name
-        from ella.models.build import check_fc_rank
+        from ella.models.build import check_mixer_options
         from ella.system import check_device_name
 
         super().check()
@@ -172,7 +176,7 @@ class TrainConfig(ScheduleConfig):
         check_device_name(self.device)
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv")
-        check_fc_rank(self)
+        check_mixer_options(self)
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
         if self.train_size is not None and self.validation_size >= self.train_size:
@@ -231,6 +235,9 @@ HELP: dict[str, str] = {
     "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
     "group equivariant, locally shift invariant)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
+    "zero_init": "mixer: paths whose last stage starts at zero in mixed layers, so the network "
+    "begins as its other paths and the data grows these (give none for the random start of "
+    "every path)",
     "fc_rank": "factorised FC path: projections of the input per pair of input and output "
     "channels (1: ELLA's V U form; more lets a one-channel input, e.g. the trivial group's "
     "first layer, reach each output channel as more than one number)",

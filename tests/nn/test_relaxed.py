@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ella.nn import RelaxedLayer
+from ella.nn import ConvPath, FCPath, GConvPath, RelaxedLayer
 from ella.testing import assert_equivariant
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
@@ -122,3 +122,57 @@ def test_conv_and_gconv_paths_run_as_one_convolution(stride):
         assert convolutions(lambda: layer(z)) == 2
     shared = RelaxedLayer(2, 3, 8, "C4", gconv_mode="shared")  # G times the work if expanded
     assert convolutions(lambda: shared(z)) == 2
+
+
+# ---------------------------------------------------------------- paths that start at zero
+@pytest.mark.parametrize(
+    "path",
+    [
+        FCPath(2, 3, 8, "C4"),
+        FCPath(2, 3, 8, "C4", stride=2, rank=2),
+        FCPath(1, 2, 4, "C4", mode="dense"),
+        ConvPath(2, 3, 8, "C4"),
+        GConvPath(2, 3, 8, "C4", stride=2),
+        GConvPath(2, 3, 8, "C4", mode="shared"),
+    ],
+    ids=["fc", "fc-rank2-stride2", "fc-dense", "conv", "gconv-stride2", "gconv-shared"],
+)
+def test_a_path_started_at_zero_outputs_zero_and_gets_a_gradient(path):
+    path.start_at_zero()
+    z = torch.randn(3, 4, path.in_channels, *path.in_size)
+    out = path(z)
+    assert torch.equal(out, torch.zeros_like(out))
+    (out * torch.randn_like(out)).sum().backward()
+    for param in path.output_parameters():
+        assert param.grad is not None and param.grad.abs().max() > 0
+    zeroed = {id(p) for p in path.output_parameters()}
+    assert all(p.abs().max() > 0 for p in path.parameters() if id(p) not in zeroed)
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_a_layer_whose_fc_path_starts_at_zero_is_its_convolutions(group):
+    """With the FC path at zero and instance norm (which removes the 1/sqrt(P) scale), the
+    mixed layer computes exactly the CONV+GCONV layer with the same filters, so it starts
+    equivariant under the whole group."""
+    torch.manual_seed(0)
+    mixed = RelaxedLayer(2, 3, 8, group=group, norm="instance", zero_init=("fc",))
+    convs = RelaxedLayer(2, 3, 8, group=group, norm="instance", paths=("conv", "gconv"))
+    for name in ("conv", "gconv"):
+        convs.paths[name].load_state_dict(mixed.paths[name].state_dict())
+    z = torch.randn(2, mixed.group.order, 2, 8, 8)
+    torch.testing.assert_close(mixed(z), convs(z))
+    start = RelaxedLayer(2, 3, 8, group=group, norm="instance", zero_init=("fc", "conv"))
+    assert_equivariant(start, group, z, in_action="lifted", out_action="lifted")
+    assert RelaxedLayer(2, 3, 8, group=group, norm="instance").equivariance_error() > 1e-3
+
+
+def test_zero_init_skips_absent_paths_and_single_path_layers():
+    torch.manual_seed(0)
+    fc_only = RelaxedLayer(2, 3, 8, paths=("fc",), zero_init=("fc",))
+    assert all(p.abs().max() > 0 for p in fc_only.paths["fc"].output_parameters()[::2])
+    convs = RelaxedLayer(2, 3, 8, paths=("conv", "gconv"), zero_init=("fc",))
+    assert convs.paths["conv"].conv.weight.abs().max() > 0
+    with pytest.raises(ValueError, match="leave at least one path out"):
+        RelaxedLayer(2, 3, 8, paths=("fc", "conv"), zero_init=("conv", "fc"))
+    with pytest.raises(ValueError, match="unknown path name"):
+        RelaxedLayer(2, 3, 8, zero_init=("dense",))

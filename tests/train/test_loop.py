@@ -136,6 +136,8 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(fc_rank=2, fc_mode="dense"), tmp_path)
     with pytest.raises(ValueError, match="fc_rank must be at least 1"):
         Trainer(tiny_config(fc_rank=0), tmp_path)
+    with pytest.raises(ValueError, match="--zero-init conv fc starts every path"):
+        Trainer(tiny_config(paths=("fc", "conv"), zero_init=("conv", "fc")), tmp_path)
 
 
 def test_validation_split_holds_out_the_last_training_images(tmp_path):

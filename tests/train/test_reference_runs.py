@@ -49,7 +49,7 @@ PINNED: dict[str, object] = {
     "head_init": "default", "lr": 1e-3, "norm": "none", "ggn": "exact",
     "marglik_subset_size": None, "augment": "none", "downsample": "polyphase",
     "report_state": "best_evidence", "lr_scaling": "none", "prior_update": "adam",
-    "prior_step": 1.0, "marglik_frequency": 3,
+    "prior_step": 1.0, "marglik_frequency": 3, "zero_init": (),
 }  # fmt: skip
 RESULT_KEYS = (
     "test_accuracy",
