@@ -61,19 +61,29 @@ ANALYSIS = {
         "recipe.md, 'The FC path's rank'): with them the FC networks stayed at chance "
         "(validation 10.5% on the digit task), without them FC reached 60.1% and learned "
         "FC+CONV 61.3%, CONV 94.8-94.9% either way.",
-        "analysis (written by hand from this file and three extra runs; not computed): CONV "
-        "collapses on (digit, quadrant) (22%) and learned FC+CONV beats FC-only there (56.2% "
-        "against 48.3%), but on the digit task learned FC+CONV (61.4%) trails CONV (94.4%) by "
-        "33 points. The learned priors neither cause nor close that gap, measured with the "
-        "same command as the learned row (`ella train --dataset quadrant_mnist --group trivial "
-        "--width 4 --train-size 4000 --test-size 2000 --norm none --head-init default --paths "
-        "fc conv`): the same FC+CONV mixer with the fixed prior (`--no-learn-priors`) reaches "
-        "60.3%, with the closed-form optimum per round (`--prior-update optimum`) 58.6%, with "
-        "`--seed 1` 68.6%. A mixer with an FC path trains like the FC network (56.7%), not "
-        "like the CONV one, at this budget, and the evidence keeps FC at 78-81% of the "
-        "effective parameters (99% in layer 1; the FC prior variances 0.35-2.2 against CONV's "
-        "0.04-0.4) on both tasks alike, so it does not switch the FC path off where the data "
-        "is translation invariant.",
+        "the learned mixer's FC path starts at zero (ella train's default since 2026-11-25, "
+        "the profile names it): on the same validation split of both tasks it raised the "
+        "learned FC+CONV mixer from 58.1% to 89.6% (digit) and from 46.9% to 78.4% (digit, "
+        "quadrant) (recipe.md, 'The FC path starts at zero'); the single-path rows are "
+        "untouched by it (a single-path layer keeps its start).",
+        "analysis (written by hand from this file, table1_seed1/ and two extra runs, "
+        "2026-11-25; not computed): CONV collapses on (digit, quadrant) (22.0%; seed 1: "
+        "24.3%) and learned FC+CONV solves it: 88.5% (seed 1: 89.0%), 40.5 points above "
+        "FC-only (48.0%; seed 1: 38.0%), where the paper has 99.0% against 95.1%. On the "
+        "digit task learned FC+CONV reaches 93.15% (seed 1: 92.75%) against CONV's 94.40% "
+        "(94.60%): 1.25 and 1.85 points under it, so the claim 'learned >= CONV - 1' misses "
+        "in both seeds (before the FC path started at zero it missed by 33 points: 61.4%). "
+        "The learned priors neither cause nor close that gap, measured with the learned "
+        "row's command and a fixed prior (`ella train --dataset D --group trivial --width 4 "
+        "--train-size 4000 --test-size 2000 --norm none --head-init default --paths fc conv "
+        "--lr-scaling none --prior-update adam --prior-step 1.0 --marglik-frequency 3 "
+        "--no-learn-priors`, seed 0): the MAP FC+CONV mixer reaches 93.30% on the digit task "
+        "and 88.65% on (digit, quadrant), learned - MAP -0.15 and -0.20. The gap is the "
+        "mixture's: FC+CONV trains about a point under CONV alone on the digit task at this "
+        "budget. The evidence keeps FC at 70% of the effective parameters on the digit task "
+        "and 72% on (digit, quadrant) (seed 1: 70% and 72%), so the shares do not tell the "
+        "translation-invariant task from the other; with the Adam rounds the profile pins, "
+        "the priors did not converge (last change 0.53 and 0.60).",
     ]
 }
 PROFILES = {
@@ -87,7 +97,7 @@ PROFILES = {
     # 2026-11-25) validated better on both tasks (recipe.md, "The FC path starts at zero")
     "cpu": dict(
         train_size=4000, test_size=2000, width=4, norm="none", head_init="default",
-        lr_scaling="none", **ADAM_ROUNDS,
+        lr_scaling="none", zero_init=("fc",), **ADAM_ROUNDS,
     ),
     "paper": {**PAPER_SCHEDULE, "width": 8},
 }  # fmt: skip
@@ -126,7 +136,7 @@ def main(argv=None) -> dict:
     payload["notes"] = [
         schedule_note({**PROFILES[args.profile], **payload["settings"]}),
         *comparison_notes(rows, "task", "fc_map", "learned"),
-        *ANALYSIS.get(payload["profile"], []),
+        *(ANALYSIS.get(payload["profile"], []) if payload["seed"] == 0 else []),
     ]
     lines = [
         "# ELLA Table 1: digit vs (digit, quadrant), test accuracy [%]",
