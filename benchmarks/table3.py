@@ -82,7 +82,7 @@ ANALYSIS = {
         "largest on rotated MNIST, rotated above MNIST and FC smallest all fail. Rotated MNIST is "
         "the set the mixer fits worst, and there the FC path holds the most effective parameters "
         "of the first layers (the notebook's run of the same model: 1.8-2.0x MNIST's in layers "
-        "1-4, the convolutions' 1.2-2.0x); Per path, the fraction of its parameters that the "
+        "1-4, the convolutions' 1.2-2.0x). Per path, the fraction of its parameters that the "
         "evidence counts as determined (effective / parameters, per layer, this file's rows) shows "
         "why the share cannot follow: GCONV 9-60% on MNIST and 15-69% on rotated MNIST, higher on "
         "rotated MNIST in every layer, CONV 2-28% and 4-37%, FC 0.2-0.5% and 0.3-0.9%. The GCONV "
