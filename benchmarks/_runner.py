@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from benchmarks._common import RESULTS, environment
 from ella.io import atomic_write, save_json, save_text
+from ella.report import share_summary
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
 
 #: the offline data directory of this project (``../shared/data``), used unless
@@ -118,7 +119,8 @@ def train_row(labels: dict, config: TrainConfig) -> dict:
         "final_test_accuracy": r["final_test_accuracy"],
         "log_marglik": r["log_marglik_reported_state"],
         "log_marglik_history": r["log_marglik"],
-        "shares": shares_summary(r["effective_parameters"]),
+        "shares": share_summary(r["effective_parameters"]),
+        "shares_history": r["shares_history"],
         "effective_parameters": r["effective_parameters"],
         "prior_precision": r["prior_precision"],
         "prior_convergence": r["prior_convergence"],
@@ -137,19 +139,6 @@ def run_all(
 ) -> list[dict]:
     """Train every configuration (:func:`train_row`), resuming from ``partial``."""
     return run_with_partial(runs, train_row, desc, partial)
-
-
-def shares_summary(layers: list[dict]) -> dict:
-    """Mean share per path over layers, and the min-max range (the paper's Table 3 format);
-    empty for networks without relaxed layers."""
-    out = {}
-    if not layers:
-        return out
-    for p in ("fc", "conv", "gconv"):
-        values = [row[p] for row in layers]
-        out[p] = sum(values) / len(values)
-        out[f"{p}_min"], out[f"{p}_max"] = min(values), max(values)
-    return out
 
 
 def command_line(args: argparse.Namespace, script: str) -> str:

@@ -36,9 +36,9 @@ from benchmarks._runner import (
     load_or_measure,
     partial_path,
     run_with_partial,
-    shares_summary,
     write,
 )
+from ella.report import share_summary
 from ella.train import TrainConfig, Trainer
 
 DATASETS = ("mnist_subset", "rotated_mnist_subset")
@@ -78,7 +78,7 @@ def recipe_row(labels: dict, config: TrainConfig) -> dict:
         "test_accuracy": r["test_accuracy"],
         "final_test_accuracy": r["final_test_accuracy"],
         "log_marglik": r["log_marglik_reported_state"],
-        "shares": shares_summary(r["effective_parameters"]),
+        "shares": share_summary(r["effective_parameters"]),
         "prior_precision": r["prior_precision"],
         "prior_convergence": r["prior_convergence"],
         "prior_gaps": [row["prior_gap"] for row in metrics if "prior_gap" in row],

@@ -336,6 +336,16 @@ class PriorLearner:
             "log_marglik": list(self.history),
         }
 
+    def shares(self) -> dict[str, float]:
+        """Mean FC / CONV / GCONV share over the relaxed layers at the last evidence and
+        the current priors (:func:`ella.report.mean_shares`; empty without relaxed
+        layers)."""
+        from ella.report import mean_shares
+
+        if self.evidence is None:
+            raise RuntimeError("call evidence_step (or fit) first")
+        return mean_shares(self.model, self.evidence, self.log_prior.detach().exp())
+
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict:
         """Tensors and plain values only (loads with ``torch.load(weights_only=True)``)."""
@@ -409,6 +419,13 @@ def prior_convergence(rounds: list[dict[str, float]], tolerance: float = 0.05) -
         "converged": change is not None and change < tolerance,
         "tolerance": tolerance,
     }
+
+
+def shares_history(metrics: list[dict]) -> list[dict]:
+    """The mean shares recorded at each evidence round of a run's epoch rows:
+    ``[{"epoch": e, "fc": ..., "conv": ..., "gconv": ...}]`` (rows without ``"shares"``
+    are skipped)."""
+    return [{"epoch": row["epoch"], **row["shares"]} for row in metrics if "shares" in row]
 
 
 def _check_finite(value: torch.Tensor) -> None:

@@ -36,6 +36,33 @@ def effective_parameter_report(
     return {"layers": layers, "others": others}
 
 
+def share_summary(layers: list[dict]) -> dict[str, float]:
+    """Mean share per path over the relaxed layers and its min-max range (the ELLA
+    paper's Table 3 columns): ``{"fc": mean, "fc_min": ..., "fc_max": ..., "conv": ...}``
+    in percent; empty for a network without relaxed layers.
+
+    Args:
+        layers: the ``"layers"`` rows of :func:`effective_parameter_report`.
+    """
+    out: dict[str, float] = {}
+    for p in PATH_NAMES if layers else ():
+        values = [row[p] for row in layers]
+        out[p] = sum(values) / len(values)
+        out[f"{p}_min"], out[f"{p}_max"] = min(values), max(values)
+    return out
+
+
+def mean_shares(
+    model: nn.Module, evidence: LaplaceEvidence, group_precision: torch.Tensor
+) -> dict[str, float]:
+    """Mean FC / CONV / GCONV share in percent over the relaxed layers of ``model``
+    (:func:`share_summary` without the ranges): ``{"fc": ..., "conv": ..., "gconv": ...}``,
+    empty for a network without relaxed layers. The training loops record it at every
+    evidence round, so a run shows whether its answer had settled, not only its priors."""
+    summary = share_summary(effective_parameter_report(model, evidence, group_precision)["layers"])
+    return {p: summary[p] for p in PATH_NAMES if p in summary}
+
+
 def convergence_line(convergence: dict) -> str:
     """One line saying whether the priors had converged (see
     :func:`ella.learner.prior_convergence`)."""
@@ -47,6 +74,18 @@ def convergence_line(convergence: dict) -> str:
         f"priors: {verdict} after {rounds} evidence rounds (largest change of a log prior "
         f"precision in the last round {change:.3g}, tolerance {convergence['tolerance']:.3g})"
     )
+
+
+def shares_history_line(history: list[dict], points: int = 5) -> str:
+    """The mean shares at up to ``points`` evidence rounds, evenly spaced from the first to
+    the last: ``shares by round (FC/CONV/GCONV %): epoch 4 33/33/33, ..., epoch 80 3/70/28``."""
+    picks = sorted({round(i * (len(history) - 1) / (points - 1)) for i in range(points)})
+    steps = ", ".join(
+        f"epoch {history[i]['epoch']} "
+        + "/".join(f"{history[i][p]:.0f}" if p in history[i] else "-" for p in PATH_NAMES)
+        for i in picks
+    )
+    return f"shares by evidence round (FC/CONV/GCONV %): {steps}"
 
 
 def format_table(results: dict) -> str:
@@ -68,14 +107,12 @@ def format_table(results: dict) -> str:
             f"{triple(r['prior_variance'], '.3g'):<32}"
         )
     if rows:
-        mean = {p: sum(r[p] for r in rows) / len(rows) for p in PATH_NAMES}
-        lo = {p: min(r[p] for r in rows) for p in PATH_NAMES}
-        hi = {p: max(r[p] for r in rows) for p in PATH_NAMES}
+        s = share_summary(rows)
         lines.append("-" * len(head))
         lines.append(
-            f"{'mean':<9}{mean['fc']:>7.1f}{mean['conv']:>8.1f}{mean['gconv']:>9.1f}   "
+            f"{'mean':<9}{s['fc']:>7.1f}{s['conv']:>8.1f}{s['gconv']:>9.1f}   "
             + "range "
-            + ", ".join(f"{p} {lo[p]:.0f}-{hi[p]:.0f}" for p in PATH_NAMES)
+            + ", ".join(f"{p} {s[p + '_min']:.0f}-{s[p + '_max']:.0f}" for p in PATH_NAMES)
         )
     if results.get("eta"):
         extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())
@@ -83,6 +120,9 @@ def format_table(results: dict) -> str:
     convergence = results.get("prior_convergence")
     if convergence and convergence["rounds"]:
         lines.append(convergence_line(convergence))
+    history = results.get("shares_history") or []
+    if len(history) >= 2:
+        lines.append(shares_history_line(history))
     acc = results.get("test_accuracy")
     if acc is not None:
         lines.append(

@@ -31,7 +31,7 @@ from ella.config import option
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
 from ella.errors import ConfigError
 from ella.io import save_json
-from ella.learner import PriorLearner, prior_convergence
+from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.rundir import RESULTS
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
 from ella.train.schedule import ScheduleConfig, evidence_due, make_optimizer
@@ -68,6 +68,8 @@ class FitResult:
         prior_convergence: whether the precisions had settled by the last round
             (:func:`~ella.learner.prior_convergence`).
         metrics: one dict per epoch (train loss, lr, test metrics, log evidence).
+        shares_history: the mean FC/CONV/GCONV shares after each evidence round,
+            ``[{"epoch": ..., "fc": ..., "conv": ..., "gconv": ...}]``.
     """
 
     model: nn.Module
@@ -80,6 +82,7 @@ class FitResult:
     log_marglik_epochs: list[int]
     prior_convergence: dict = field(default_factory=dict)
     metrics: list[dict] = field(default_factory=list)
+    shares_history: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """Plain JSON values (everything but the model and the learner)."""
@@ -92,6 +95,7 @@ class FitResult:
             "log_marglik_epochs": self.log_marglik_epochs,
             "prior_convergence": self.prior_convergence,
             "metrics": self.metrics,
+            "shares_history": self.shares_history,
         }
 
 
@@ -208,6 +212,9 @@ class _FitRun(EpochRun):
             )
             row["prior_precision"] = self.priors.prior_precision
             row["prior_gap"] = self.priors.gaps[-1]
+            shares = self.priors.shares()
+            if shares:  # a network with relaxed layers
+                row["shares"] = shares
             self.state.log_marglik_epochs.append(epoch)
         if self.test_loader is not None:
             test = evaluate_loader(self.model, self.test_loader, self.config, self.world)
@@ -295,6 +302,7 @@ def fit(
             [row["prior_precision"] for row in state.metrics if "prior_precision" in row]
         ),
         metrics=list(state.metrics),
+        shares_history=shares_history(state.metrics),
     )
     if out is not None and world.is_main:
         save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)

@@ -45,7 +45,7 @@ from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
-from ella.learner import PriorLearner, prior_convergence
+from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.marglik import LaplaceEvidence
 from ella.marglik.evidence import check_memory
 from ella.models import Mixer
@@ -438,6 +438,9 @@ class Trainer(EpochRun):
             row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
             if not self.invariant:
                 row["prior_gap"] = self.priors.gaps[-1]
+            shares = self.round_shares()
+            if shares:  # a network with relaxed layers
+                row["shares"] = shares
             keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
             if keeps_best and (self.state.best is None or value > self.state.best["log_marglik"]):
                 self.state.best = {
@@ -450,6 +453,14 @@ class Trainer(EpochRun):
             row["eta"] = self.eta()
         for split, metrics in self.evaluate_sets().items():
             row.update({f"{split}_{k}": v for k, v in metrics.items()})
+
+    def round_shares(self) -> dict[str, float]:
+        """:func:`ella.report.mean_shares` at the evidence just fitted and the priors it
+        ended with."""
+        from ella.report import mean_shares
+
+        _, evidence, _ = self._last_evidence
+        return mean_shares(self.net, evidence, self.log_prior.detach().exp())
 
     def evaluate_sets(self) -> dict[str, dict[str, float]]:
         """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
@@ -515,6 +526,7 @@ class Trainer(EpochRun):
                 [row["prior_precision"] for row in self.state.metrics if "prior_precision" in row]
             ),
             "effective_parameters": report["layers"],
+            "shares_history": shares_history(self.state.metrics),
             "effective_parameters_other": report["others"],
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "invariance": self.config.invariance,

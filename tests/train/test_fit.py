@@ -39,6 +39,12 @@ def test_fit_learns_the_priors_of_a_users_model(tmp_path):
     assert [r["layer"] for r in result.effective_parameters] == ["layer1", "layer2"]
     assert [r["module"] for r in result.effective_parameters_other] == ["head"]
     assert all("test_accuracy" in row for row in result.metrics)
+    # the mean shares after every round; the last at the weights of the final report
+    assert [h["epoch"] for h in result.shares_history] == [1, 2, 3]
+    layers = result.effective_parameters
+    final = {p: sum(row[p] for row in layers) / len(layers) for p in ("fc", "conv", "gconv")}
+    last = {p: result.shares_history[-1][p] for p in final}
+    assert last == pytest.approx(final, rel=1e-6)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["prior_variance"] == pytest.approx(result.prior_variance)
     assert saved["config"]["n_hypersteps"] == 5

@@ -105,6 +105,13 @@ def test_learned_run_writes_the_contract(tmp_path):
     convergence = saved["prior_convergence"]
     assert convergence["rounds"] == 2 and convergence["last_change"] > 0
     assert "priors: " in results["table"] and "after 2 evidence rounds" in results["table"]
+    # per round: the mean shares; the last round's are the final report's (same weights)
+    assert all(sum(row["shares"].values()) == pytest.approx(100) for row in rounds)
+    history = saved["shares_history"]
+    assert [h["epoch"] for h in history] == [1, 2]
+    final = {p: sum(row[p] for row in layers) / len(layers) for p in ("fc", "conv", "gconv")}
+    assert {p: history[-1][p] for p in final} == pytest.approx(final, rel=1e-6)
+    assert "shares by evidence round (FC/CONV/GCONV %): epoch 1 " in results["table"]
 
 
 def test_nan_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):

@@ -1,0 +1,30 @@
+"""ella.report: the share summaries, checked against hand-computed numbers."""
+
+import pytest
+
+from ella.report import share_summary, shares_history_line
+
+
+def layer(fc: float, conv: float, gconv: float) -> dict:
+    return {"fc": fc, "conv": conv, "gconv": gconv}
+
+
+def test_share_summary_is_the_mean_and_range_over_layers():
+    s = share_summary([layer(10, 30, 60), layer(50, 20, 30), layer(0, 100, 0)])
+    assert s["fc"] == pytest.approx(20) and s["conv"] == pytest.approx(50)
+    assert s["gconv"] == pytest.approx(30)
+    assert (s["fc_min"], s["fc_max"], s["gconv_min"], s["gconv_max"]) == (0, 50, 0, 60)
+    assert share_summary([]) == {}  # a network without relaxed layers
+
+
+def test_shares_history_line_shows_first_last_and_evenly_spaced_rounds():
+    history = [{"epoch": 2 * i, **layer(50 - i, 25, 25 + i)} for i in range(1, 10)]
+    line = shares_history_line(history, points=3)
+    assert line == (
+        "shares by evidence round (FC/CONV/GCONV %): "
+        "epoch 2 49/25/26, epoch 10 45/25/30, epoch 18 41/25/34"
+    )
+    two = shares_history_line(history[:2])  # fewer rounds than points: each once
+    assert two.endswith("epoch 2 49/25/26, epoch 4 48/25/27")
+    single_path = shares_history_line([{"epoch": 1, "conv": 100.0}] * 2, points=2)
+    assert single_path.endswith("epoch 1 -/100/-, epoch 1 -/100/-")
