@@ -180,6 +180,8 @@ class TrainConfig(ScheduleConfig):
         check_mixer_options(self)
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
+        if len(set(self.zero_init)) != len(self.zero_init):
+            raise ConfigError(f"--zero-init must not repeat a path, got {' '.join(self.zero_init)}")
         if self.train_size is not None and self.validation_size >= self.train_size:
             raise ConfigError(
                 f"--validation-size {self.validation_size} leaves no training image of "

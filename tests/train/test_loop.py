@@ -145,6 +145,8 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(fc_rank=0), tmp_path)
     with pytest.raises(ValueError, match="--zero-init conv fc starts every path"):
         Trainer(tiny_config(paths=("fc", "conv"), zero_init=("conv", "fc")), tmp_path)
+    with pytest.raises(ValueError, match="--zero-init must not repeat a path, got fc fc"):
+        Trainer(tiny_config(zero_init=("fc", "fc")), tmp_path)
 
 
 def test_validation_split_holds_out_the_last_training_images(tmp_path):
