@@ -31,6 +31,7 @@ from benchmarks._runner import (
     write,
 )
 from ella.data import data_root
+from ella.report import shares_history_line
 from ella.train import TrainConfig
 
 PAPER = {  # accuracy % (MAP, learned) and learned mean shares FC/CONV/GCONV %, Table 3
@@ -282,6 +283,11 @@ def main(argv=None) -> dict:
     payload["notes"] = [
         schedule_note({**PROFILES[args.profile], **payload["settings"]}),
         *comparison_notes(rows, "dataset", "map", "learned"),
+        *(
+            f"{r['dataset']}, learned: {shares_history_line(r['shares_history'])}"
+            for r in rows
+            if len(r.get("shares_history", [])) >= 2  # recorded since 2026-11-25
+        ),
         *(ANALYSIS.get(payload["profile"], []) if payload["seed"] == 0 else []),
         *([REFERENCE_SCRIPTS] if payload["seed"] == 0 else []),
     ]

@@ -36,6 +36,13 @@ def test_table3_smoke(tmp_path):
         assert set(row["shares"]) >= {"fc", "conv", "gconv"}
         assert sum(row["shares"][p] for p in ("fc", "conv", "gconv")) == pytest.approx(100)
     assert saved["rows"][-1]["source"] == "subset"
+    for row in saved["rows"]:  # the shares of every evidence round (epochs 1 and 2)
+        assert [h["epoch"] for h in row["shares_history"]] == (
+            [1, 2] if row["model"] == "learned" else []
+        )
+    assert (
+        "rotated_mnist, learned: shares by evidence round" in (tmp_path / "table3.md").read_text()
+    )
 
 
 @pytest.mark.slow
