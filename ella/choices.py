@@ -20,6 +20,7 @@ __all__ = [
     "GGN",
     "Generator",
     "GroupAugmentation",
+    "GroupPooling",
     "HeadInit",
     "HessianStructure",
     "InvarianceMethod",
@@ -109,6 +110,22 @@ class GConvMode(Choice):
 
     FULL = "full"
     SHARED = "shared"
+
+
+class GroupPooling(Choice):
+    """How a mixer removes the group axis before its head.
+
+    ``max`` / ``mean``: over the group copies, so everything after the pool sees
+    an invariant tensor (a GCONV-only mixer's logits are exactly invariant, and a
+    C4-invariant classifier cannot tell a 6 from a 9 turned upside down).
+    ``none``: the copies stay apart (``|G| C`` features), so the body is
+    equivariant and the head is free to break the symmetry; the logits are then
+    not invariant, whatever the paths.
+    """
+
+    MAX = "max"
+    MEAN = "mean"
+    NONE = "none"
 
 
 class Normalisation(Choice):

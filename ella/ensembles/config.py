@@ -10,6 +10,7 @@ from ella.choices import (
     FCMode,
     GConvMode,
     GroupAugmentation,
+    GroupPooling,
     LayerGroup,
     Lengthscales,
     ModelName,
@@ -63,6 +64,7 @@ class EnsembleConfig(OptimizerConfig):
     zero_init: tuple[PathName, ...] = option((), nargs="*")
     norm: Normalisation = Normalisation.NONE
     downsample: Downsampling = Downsampling.POLYPHASE
+    pool: GroupPooling = GroupPooling.MAX
     # ensemble
     members: int = option(5, minimum=1)
     method: EnsembleMethod = EnsembleMethod.DE
@@ -138,6 +140,8 @@ HELP: dict[str, str] = {
     "group equivariant, locally shift invariant)",
     "fc_mode": "mixer FC path: factorized (ELLA's V U form) or dense (small sizes only)",
     "zero_init": "mixer: paths whose last stage starts at zero in mixed layers",
+    "pool": "mixer: max or mean over the group copies before the head, or none (the head "
+    "sees every copy)",
     "fc_rank": "mixer FC path: projections per pair of channels of the factorised form (1: ELLA's)",
     "members": "number of ensemble members M",
     "method": "de (deep ensemble), weight_rde, function_rde or forde (input-gradient repulsion)",

@@ -26,6 +26,7 @@ class ModelOptions(Protocol):
     zero_init: tuple[str, ...]
     norm: str
     downsample: str
+    pool: str
 
 
 def check_mixer_options(config: ModelOptions) -> None:
@@ -48,7 +49,7 @@ def check_mixer_options(config: ModelOptions) -> None:
 def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: int) -> nn.Module:
     """A plain baseline (``mlp``, ``cnn``: ``width`` only) or a mixer with every mixer option
     of ``config`` (paths, group, width, GCONV and FC modes, the paths that start at zero,
-    normalisation, downsampling)."""
+    normalisation, downsampling, group pooling)."""
     if config.model in BASELINE_MODELS:
         return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
     return mixer(
@@ -64,4 +65,5 @@ def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: 
         zero_init=config.zero_init,
         norm=config.norm,
         downsample=config.downsample,
+        pool=config.pool,
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.choices import Downsampling
+from ella.choices import Downsampling, GroupPooling
 from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
@@ -68,8 +68,10 @@ class Mixer(nn.Module):
     """Lift -> relaxed layers -> group pool -> global average -> MLP head.
 
     Maps images (B, C, H, W) to logits (B, num_classes). With only GCONV paths
-    the logits are exactly invariant to the group (the group pool removes the
-    permutation of copies; everything after it sees an invariant tensor).
+    and ``pool="max"`` or ``"mean"`` the logits are exactly invariant to the group
+    (the group pool removes the permutation of copies; everything after it sees an
+    invariant tensor). With ``pool="none"`` the head sees every copy's channels
+    (``|G| C_last`` features), so it can break the symmetry that the layers keep.
 
     With ``norm="instance"``, a layer whose output holds a single value per
     channel (trivial group and a 1x1 map, e.g. the last layer at 32x32) is
@@ -92,7 +94,7 @@ class Mixer(nn.Module):
         kernel_size: int = 3,
         fc_mode: FCMode = "factorized",
         gconv_mode: GConvMode = "full",
-        pool: str = "max",
+        pool: GroupPooling | str = GroupPooling.MAX,
         head_multiplier: int = 4,
         norm: str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
@@ -134,7 +136,7 @@ class Mixer(nn.Module):
                 ),
             )
         self.pool = GroupPool(self.group, mode=pool)
-        features = self.specs[-1].out_channels
+        features = self.specs[-1].out_channels * self.pool.copies_kept
         self.head = nn.Sequential(
             nn.Linear(features, head_multiplier * features),
             nn.ReLU(),
@@ -166,7 +168,8 @@ class Mixer(nn.Module):
             )
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Invariant features (B, C_last) before the head."""
+        """The features (B, C_last) before the head, group-pooled and averaged over
+        positions; (B, |G| C_last) with ``pool="none"``."""
         self.check_input(x)
         z = self.lift(x)
         for layer in self.layers.values():
@@ -190,8 +193,8 @@ class Mixer(nn.Module):
         initialisation (their spread between images is 5-20% of their mean), so
         the logits hardly depend on the image and the first steps do not learn
         (measured in ``benchmarks/results/trainability.md``). The network stays
-        a per-image function with the same symmetry: the head sees invariant
-        features either way.
+        a per-image function with the same symmetry: the head sees the same
+        features, rescaled.
 
         Args:
             x: at least two training images; 256-512 are plenty.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 
+from ella.choices import GroupPooling
 from ella.groups import Group, layer_group
 
 
@@ -38,22 +37,29 @@ class Lift(nn.Module):
 
 
 class GroupPool(nn.Module):
-    """Pool over the group axis: (B, |G|, C, H, W) -> (B, C, H, W).
+    """Pool over the group axis: (B, |G|, C, H, W) -> (B, C, H, W), or keep it.
 
-    The result is invariant to the group acting on the lifted input, because
-    that action only permutes the group axis.
+    With ``mode`` ``"max"`` or ``"mean"`` the result is invariant to the group
+    acting on the lifted input, because that action only permutes the group axis.
+    With ``"none"`` the copies are kept as channels, (B, |G| C, H, W) with copy
+    ``h``'s channels at ``h C ... h C + C - 1``: the group then permutes these
+    blocks of channels (equivariant, not invariant).
 
     Args:
         group: a :class:`~ella.groups.Group` or its name.
-        mode: ``"max"`` or ``"mean"``.
+        mode: a :class:`~ella.choices.GroupPooling` (``"max"``, ``"mean"``, ``"none"``).
     """
 
-    def __init__(self, group: str | Group = "C4", mode: Literal["max", "mean"] = "max"):
+    def __init__(self, group: str | Group = "C4", mode: GroupPooling | str = GroupPooling.MAX):
         super().__init__()
-        if mode not in ("max", "mean"):
-            raise ValueError(f"GroupPool mode must be 'max' or 'mean', got {mode!r}")
+        self.mode = GroupPooling.parse(mode, "GroupPool mode")
         self.group = layer_group(group)
-        self.mode = mode
+
+    @property
+    def copies_kept(self) -> int:
+        """How many group copies each channel leaves as features: ``|G|`` with
+        ``"none"``, else 1."""
+        return self.group.order if self.mode == GroupPooling.NONE else 1
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.dim() != 5 or z.shape[1] != self.group.order:
@@ -61,7 +67,9 @@ class GroupPool(nn.Module):
                 f"GroupPool: expected a lifted tensor (B, {self.group.order}, C, H, W), "
                 f"got shape {tuple(z.shape)}"
             )
-        return z.amax(dim=1) if self.mode == "max" else z.mean(dim=1)
+        if self.mode == GroupPooling.NONE:
+            return z.flatten(1, 2)
+        return z.amax(dim=1) if self.mode == GroupPooling.MAX else z.mean(dim=1)
 
     def extra_repr(self) -> str:
-        return f"group={self.group.name}, mode={self.mode}"
+        return f"group={self.group.name}, mode={self.mode.value}"

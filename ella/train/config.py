@@ -12,6 +12,7 @@ from ella.choices import (
     FCMode,
     GConvMode,
     Generator,
+    GroupPooling,
     HeadInit,
     InvarianceMethod,
     LayerGroup,
@@ -122,6 +123,7 @@ class TrainConfig(ScheduleConfig):
     zero_init: tuple[PathName, ...] = option((PathName.FC,), nargs="*")
     norm: Normalisation = Normalisation.INSTANCE
     downsample: Downsampling = Downsampling.MAX
+    pool: GroupPooling = GroupPooling.MAX
     model: ModelName = ModelName.MIXER
     head_init: HeadInit = HeadInit.DATA
     # learned input invariance
@@ -238,6 +240,9 @@ HELP: dict[str, str] = {
     "polyphase (per image, exactly shift and group equivariant) or max (2x2 maximum; exactly "
     "group equivariant, locally shift invariant)",
     "fc_mode": "FC path: factorized (ELLA's V U form) or dense (small sizes only)",
+    "pool": "mixer: max or mean over the group copies before the head (a GCONV-only mixer "
+    "is then exactly invariant), or none (the head sees every copy and may break the "
+    "symmetry)",
     "zero_init": "mixer: paths whose last stage starts at zero in mixed layers, so the network "
     "begins as its other paths and the data grows these (give none for the random start of "
     "every path)",

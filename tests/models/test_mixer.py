@@ -106,6 +106,22 @@ def test_standardise_head_centres_and_scales_the_features_entering_the_head():
         assert model(x).std(dim=0).mean() > 2 * before.std(dim=0).mean()
 
 
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_pool_none_gives_the_head_every_copy_so_the_logits_can_break_the_symmetry(group):
+    order = {"C4": 4, "D4": 8}[group]
+    model = mixer(1, 10, 28, group=group, paths=("gconv",), width=1, pool="none")
+    c_last = model.specs[-1].out_channels
+    assert model.head[0].in_features == order * c_last
+    x = torch.randn(4, 1, 28, 28)
+    # the layers stay exactly equivariant: the features permute their blocks of copies
+    assert_equivariant(
+        lambda t: model.features(t).reshape(len(t), order, c_last, 1, 1),
+        group, x, out_action="lifted", atol=1e-5, rtol=1e-4,
+    )  # fmt: skip
+    # and the head, seeing each copy, is not invariant
+    assert model.invariance_error(x) > 1e-3
+
+
 def test_standardise_head_keeps_invariance_and_refuses_one_image():
     model = mixer(1, 10, 28, group="C4", paths=("gconv",), width=1)
     model.standardise_head(torch.randn(16, 1, 28, 28))

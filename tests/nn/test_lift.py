@@ -29,12 +29,23 @@ def test_group_pool_is_invariant(mode):
     assert_equivariant(pool, "D4", z, in_action="lifted")
 
 
+def test_group_pool_none_keeps_the_copies_as_channels_and_is_equivariant():
+    z = torch.randn(2, 8, 3, 4, 4)
+    pool = GroupPool("D4", "none")
+    assert pool.copies_kept == 8 and GroupPool("D4", "max").copies_kept == 1
+    out = pool(z)
+    assert out.shape == (2, 24, 4, 4) and torch.equal(out[:, 3:6], z[:, 1])  # copy 1's block
+    assert_equivariant(
+        lambda t: pool(t).unflatten(1, (8, 3)), "D4", z, in_action="lifted", out_action="lifted"
+    )
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="square"):
         Lift("C4")(torch.randn(1, 1, 4, 5))
     with pytest.raises(ValueError, match="expected 1 input channels, got 3"):
         Lift("C4", in_channels=1)(torch.randn(1, 3, 4, 4))
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="GroupPool mode 'median'; choose from max, mean, none"):
         GroupPool("C4", "median")
     with pytest.raises(ValueError, match=r"\(B, 4, C, H, W\)"):
         GroupPool("C4")(torch.randn(1, 8, 1, 4, 4))

@@ -147,6 +147,14 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(paths=("fc", "conv"), zero_init=("conv", "fc")), tmp_path)
     with pytest.raises(ValueError, match="--zero-init must not repeat a path, got fc fc"):
         Trainer(tiny_config(zero_init=("fc", "fc")), tmp_path)
+    with pytest.raises(ValueError, match="unknown pool 'median'; choose from max, mean, none"):
+        Trainer(tiny_config(pool="median"), tmp_path)
+
+
+def test_pool_none_builds_a_head_that_sees_every_group_copy(tmp_path):
+    trainer = Trainer(tiny_config(pool="none"), tmp_path)
+    c_last = trainer.net.specs[-1].out_channels
+    assert trainer.net.pool.mode == "none" and trainer.net.head[0].in_features == 4 * c_last
 
 
 def test_validation_split_holds_out_the_last_training_images(tmp_path):
