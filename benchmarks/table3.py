@@ -143,7 +143,8 @@ ANALYSIS = {
         "precisions keep rising to the end (largest change of a log precision in the last "
         "round 0.15-0.61, not converged); by that trend more epochs at this size would not "
         "change the order of CONV and GCONV. Per parameter the evidence shrinks GCONV "
-        "harder than CONV on every set, and least on rotated MNIST (recipe.md, 'The CIFAR sets at 80 epochs, and the choice': "
+        "harder than CONV on every set, and least on rotated MNIST (recipe.md, 'The "
+        "CIFAR sets at 80 epochs, and the choice': "
         "GCONV - CONV in mean log10 precision at epoch 80, MNIST 1.20, translated 0.83, "
         "rotated 0.74): the rotations show in the direction of the priors but not in the "
         "shares, because a CONV layer holds four times the GCONV layer's parameters.",
