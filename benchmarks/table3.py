@@ -111,8 +111,9 @@ ANALYSIS = {
         "share on translated and rotated MNIST; but CONV takes the largest share (54-57%), not "
         "GCONV, and the GCONV share does not follow the rotations (39% on rotated MNIST, 40% on "
         "MNIST, 42% on translated). The priors were still moving at the end (last change "
-        "0.35-0.61), and MAP was not run at 80 epochs; this profile keeps 20 epochs until a longer "
-        "one is chosen on the validation split.",
+        "0.35-0.61), and MAP was not run at 80 epochs here. 80 epochs were then chosen on the "
+        "validation split of all five sets and run as the cpu_80 profile, MAP column included "
+        "(benchmarks/results/table3_cpu_80/); this profile stays at ella train's 20.",
     ],
     "cpu_80": [
         "how this profile was chosen (2026-11-25): ella train's recipe with --epochs 80 "
