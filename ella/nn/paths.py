@@ -64,6 +64,29 @@ def per_module_calls() -> Iterator[None]:
         _module_calls -= 1
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity forward; the backward hands on its gradient made contiguous, in one copy.
+
+    ``bmm``'s backward, given a strided gradient (a transposed or permuted view,
+    as the FC path's channel-major outputs get back from the batch-major layers
+    around them), copies it one batch matrix at a time: on the default mixer that
+    was 232 small copies per backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+def contiguous_grad(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself, whose gradient reaches the ops before it contiguous (:class:`_ContiguousGrad`)."""
+    return _ContiguousGrad.apply(x)
+
+
 def module_calls_active() -> bool:
     """Whether the caller is inside :func:`per_module_calls`."""
     return _module_calls > 0
@@ -386,10 +409,11 @@ class FCPath(Path):
                 u, v, bias = self.stacked_weights()
                 rows = rows.contiguous()
                 stage1 = torch.bmm(rows, u.transpose(1, 2))  # (C_i, B, C_o R), all inputs
-                mixed = self._by_output(stage1)  # (C_o, B, C_i R)
+                mixed = self._by_output(contiguous_grad(stage1))  # (C_o, B, C_i R)
                 out = torch.baddbmm(bias[:, None], mixed, v.transpose(1, 2))  # (C_o, B, S_out)
                 if self._capture is not None:  # for the native Kronecker factors
                     self._capture.update(x=rows, stage1=stage1, mixed=mixed, out=out)
+                out = contiguous_grad(out)
             out = out.transpose(0, 1)
         return out.reshape(b, g, self.out_channels, *self.out_size)
 

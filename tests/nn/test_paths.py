@@ -3,6 +3,7 @@ import torch
 
 from ella.groups import CircularTranslations, get_group
 from ella.nn import ConvPath, FCPath, GConvPath
+from ella.nn.paths import contiguous_grad
 from ella.testing import assert_equivariant, equivariance_errors
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
@@ -192,3 +193,40 @@ def test_fc_forward_makes_the_same_number_of_operations_for_any_channel_count():
         return lambda: path(z)
 
     assert aten_ops(forward(1)) == aten_ops(forward(8)) <= 40  # vs ~8 per channel in a loop
+
+
+def test_contiguous_grad_is_the_identity_with_a_contiguous_gradient():
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    y = contiguous_grad(x)
+    assert torch.equal(y, x)
+    seen = []
+    y.register_hook(lambda g: seen.append(g.is_contiguous()))
+    x.register_hook(lambda g: seen.append(g.is_contiguous()))
+    weight = torch.randn(4, 3, 5)
+    (y.transpose(0, 1) * weight).sum().backward()
+    assert seen == [False, True]  # strided where it arrives, contiguous where it leaves
+    torch.testing.assert_close(x.grad, weight.transpose(0, 1))
+
+
+def test_fc_backward_copies_do_not_grow_with_the_channel_count():
+    """``bmm``'s backward copies a strided gradient one batch matrix at a time; the FC path
+    hands it contiguous gradients (:func:`ella.nn.paths.contiguous_grad`), so the copies
+    that compute a backward pass do not depend on the number of channels (those that
+    store each per-channel module's weight gradient do)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def storing(event) -> bool:
+        while event is not None:
+            if "AccumulateGrad" in event.name:
+                return True
+            event = event.cpu_parent
+        return False
+
+    def copies(channels: int) -> int:
+        path = FCPath(channels, channels, 8, "C4")
+        out = path(lifted("C4", c=channels))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            out.sum().backward()
+        return sum(e.name == "aten::copy_" and not storing(e) for e in prof.events())
+
+    assert copies(1) == copies(8)
