@@ -83,7 +83,8 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 def contiguous_grad(x: torch.Tensor) -> torch.Tensor:
-    """``x`` itself, whose gradient reaches the ops before it contiguous (:class:`_ContiguousGrad`)."""
+    """``x`` itself; its gradient reaches the ops before it contiguous
+    (:class:`_ContiguousGrad`)."""
     return _ContiguousGrad.apply(x)
 
 
