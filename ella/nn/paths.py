@@ -73,13 +73,23 @@ class _ContiguousGrad(torch.autograd.Function):
     was 232 small copies per backward pass.
     """
 
+    generate_vmap_rule = True  # torch.func transforms (vmap, jacrev, jvp) go through it too
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+    def forward(x: torch.Tensor) -> torch.Tensor:
         return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         return grad.contiguous()
+
+    @staticmethod
+    def jvp(ctx, tangent: torch.Tensor) -> torch.Tensor:  # forward mode: the identity's
+        return tangent
 
 
 def contiguous_grad(x: torch.Tensor) -> torch.Tensor:

@@ -208,6 +208,17 @@ def test_contiguous_grad_is_the_identity_with_a_contiguous_gradient():
     torch.testing.assert_close(x.grad, weight.transpose(0, 1))
 
 
+def test_contiguous_grad_goes_through_torch_func_transforms():
+    """The ensembles vectorise members with ``torch.func``; the function must not stop it."""
+    x = torch.randn(3, 4, dtype=torch.float64)
+    jac = torch.func.jacrev(lambda t: contiguous_grad(t).sin().T)(x)
+    torch.testing.assert_close(jac, torch.func.jacrev(lambda t: t.sin().T)(x))
+    _, tangent = torch.func.jvp(lambda t: contiguous_grad(t) * 2, (x,), (torch.ones_like(x),))
+    torch.testing.assert_close(tangent, 2 * torch.ones_like(x))
+    batched = torch.func.vmap(lambda t: contiguous_grad(t).sum())(x)
+    torch.testing.assert_close(batched, x.sum(1))
+
+
 def test_fc_backward_copies_do_not_grow_with_the_channel_count():
     """``bmm``'s backward copies a strided gradient one batch matrix at a time; the FC path
     hands it contiguous gradients (:func:`ella.nn.paths.contiguous_grad`), so the copies
