@@ -55,11 +55,20 @@ _NOT_FINITE = (
 
 
 def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
-    # the largest |entry| of each tensor in one fused call (thousands of small factors):
-    # finite exactly when the tensor is; NaN propagates
+    # one fused call over thousands of small factors. The 2-norm is finite when the tensor
+    # is, unless its squares overflow, so only tensors whose 2-norm is not finite are
+    # checked exactly, by their largest |entry| (finite exactly when the tensor is; NaN
+    # propagates). The 2-norm's kernel is the fast one: on the default mixer's 1606
+    # factors the largest |entry| took about as long as the fit's forward over 128 images.
     nonempty = [t for t in tensors if t.numel()]
-    largest = [m.double() for m in torch._foreach_norm(nonempty, math.inf)] if nonempty else []
-    if largest and not bool(torch.isfinite(torch.stack(largest)).all()):
+    if not nonempty:
+        return
+    norms = torch.stack([n.double() for n in torch._foreach_norm(nonempty)])
+    suspect = (~torch.isfinite(norms)).nonzero().flatten().tolist()
+    if not suspect:
+        return
+    largest = torch._foreach_norm([nonempty[i] for i in suspect], math.inf)
+    if not bool(torch.isfinite(torch.stack([m.double() for m in largest])).all()):
         raise EvidenceError(_NOT_FINITE)
 
 

@@ -150,3 +150,22 @@ def test_effective_parameters_of_a_fitted_model(float64):
         assert large < 1e-3
         # as delta -> 0 every direction with positive curvature counts fully
         assert int((eigs > 1e-9).sum()) - 0.01 <= small <= int((eigs > 0).sum())
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_the_finiteness_check_refuses_any_non_finite_entry_and_no_finite_one(bad):
+    """Finite factors pass, also where their 2-norm overflows (entries near 1e20 in
+    float32, whose squares do not fit); one non-finite entry anywhere among many
+    factors is refused."""
+    from ella.errors import EvidenceError
+    from ella.marglik.evidence import _require_finite
+
+    factors = [torch.randn(n, n) for n in (3, 49, 196)] + [torch.empty(0)]
+    huge = torch.full((4, 4), 3e20)  # finite; its squares overflow float32
+    assert not torch.isfinite(torch.linalg.norm(huge))
+    _require_finite(factors + [huge])
+    for i in range(3):
+        broken = [f.clone() for f in factors] + [huge]
+        broken[i][i, 0] = bad
+        with pytest.raises(EvidenceError, match="not finite"):
+            _require_finite(broken)
