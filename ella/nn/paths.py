@@ -36,6 +36,7 @@ from ella.choices import Downsampling
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.downsample import downsample as downsample_by
+from ella.nn.padding import circular_pad
 
 FCMode = Literal["factorized", "dense"]
 GConvMode = Literal["full", "shared"]
@@ -499,7 +500,10 @@ def convolve_paths(
     conv = paths[0].conv
     x = z.reshape(b, g * c, h, w)
     padding = conv.padding
-    if conv.padding_mode != "zeros":
+    if conv.padding_mode == "circular":  # the same values, a cheaper backward
+        x = circular_pad(x, conv._reversed_padding_repeated_twice)
+        padding = 0
+    elif conv.padding_mode != "zeros":
         x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
         padding = 0
     filters = [p.lifted_filter() for p in paths]
