@@ -74,6 +74,19 @@ def _outer_sum(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Te
     return into.addmm_(rows, rows.T)
 
 
+def _channel_outer_sum(grad: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+    """``sum g g^T`` over examples and positions of a conv output gradient: (M, C, *) ->
+    (C, C), added in place into ``into`` if given.
+
+    One small product per example, summed, reads the gradient where it lies; gathering
+    it channel-major first, ``(C, M H W)``, for one product copied it (0.24 against
+    0.15 ms for (128, 8, 28, 28) on 2 threads).
+    """
+    per_example = grad.reshape(grad.shape[0], grad.shape[1], -1)  # (M, C, P)
+    total = torch.bmm(per_example, per_example.transpose(1, 2)).sum(0)
+    return total if into is None else into.add_(total)
+
+
 def _patches(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """The patches ``conv`` multiplies, (M, L, C k_h k_w), padded by its own padding mode."""
     if conv.padding_mode != "zeros":
@@ -184,11 +197,10 @@ class _ModuleBlock:
         """``[sum b b^T]`` over the batch and shared rows for one column of the GGN's root
         (added into ``into``'s running sum, in place, when it is given)."""
         (g,) = grads  # (M, d_out) or (M, C_out, H, W)
+        total = None if into is None else into[0]
         if isinstance(self.module, nn.Conv2d):
-            rows = g.transpose(0, 1).reshape(g.shape[1], -1)  # (C_out, M H W)
-        else:
-            rows = g.reshape(-1, g.shape[-1]).T  # (d_out, M)
-        return [_outer_sum(rows, None if into is None else into[0])]
+            return [_channel_outer_sum(g, total)]
+        return [_outer_sum(g.reshape(-1, g.shape[-1]).T, total)]  # rows (d_out, M)
 
     def input_sums(self, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """``[sum a a^T / L]`` of the recorded inputs (added into ``into``'s running sum of
@@ -274,8 +286,7 @@ class _ConvPathsBlock:
             if isinstance(path, GConvPath):  # group copies are extra rows
                 m, _, h, w = g.shape
                 g = g.reshape(m * path.group.order, path.out_channels, h, w)
-            rows = g.transpose(0, 1).reshape(g.shape[1], -1)
-            factors.append(_outer_sum(rows, None if into is None else into[len(factors)]))
+            factors.append(_channel_outer_sum(g, None if into is None else into[len(factors)]))
         return factors
 
     def input_sums(self, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:

@@ -20,10 +20,22 @@ import torch.nn.functional as F
 __all__ = ["circular_pad", "fold_circular"]
 
 
+def _fold_columns(rows: torch.Tensor, left: int, right: int, width: int) -> torch.Tensor:
+    """``rows`` (..., n, width + left + right) with the wrapped columns added back onto the
+    ``width`` columns they copy: (..., n, width)."""
+    out = rows[..., left : left + width].clone()
+    if right:  # the right border copies the first columns
+        out[..., :right] += rows[..., left + width :]
+    if left:  # the left border copies the last columns
+        out[..., width - left :] += rows[..., :left]
+    return out
+
+
 def fold_circular(grad: torch.Tensor, pad: tuple[int, int, int, int]) -> torch.Tensor:
     """The gradient of circular padding: ``grad`` (..., H + t + b, W + l + r) of the padded
     tensor folded back onto the input (..., H, W), each padded entry added to the entry
-    it copies. Differentiable (a double backward goes through it).
+    it copies. One copy of the centre rows, then the wrapped strips added onto it.
+    Differentiable (a double backward goes through it).
 
     Args:
         grad: gradient of the padded tensor.
@@ -32,16 +44,11 @@ def fold_circular(grad: torch.Tensor, pad: tuple[int, int, int, int]) -> torch.T
     left, right, top, bottom = pad
     width = grad.shape[-1] - left - right
     height = grad.shape[-2] - top - bottom
-    cols = grad[..., left : left + width].clone()
-    if right:  # the right border copies the first columns
-        cols[..., :right] += grad[..., left + width :]
-    if left:  # the left border copies the last columns
-        cols[..., width - left :] += grad[..., :left]
-    out = cols[..., top : top + height, :].clone()
-    if bottom:
-        out[..., :bottom, :] += cols[..., top + height :, :]
-    if top:
-        out[..., height - top :, :] += cols[..., :top, :]
+    out = _fold_columns(grad[..., top : top + height, :], left, right, width)
+    if bottom:  # the bottom border copies the first rows
+        out[..., :bottom, :] += _fold_columns(grad[..., top + height :, :], left, right, width)
+    if top:  # the top border copies the last rows
+        out[..., height - top :, :] += _fold_columns(grad[..., :top, :], left, right, width)
     return out
 
 
