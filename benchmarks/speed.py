@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -129,13 +130,25 @@ def fit_seconds(trainer: Trainer, backend: str, ggn: str, repeats: int = 3) -> f
     return time.perf_counter() - start
 
 
+def _accumulating_product_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs):
+    """``2 n k m`` per matrix of ``self += a @ b`` (``baddbmm_``, ``addmm_``)."""
+    return 2 * math.prod(a_shape) * b_shape[-1]
+
+
 def fit_flops(trainer: Trainer, ggn: str) -> float:
     """FLOPs of one native evidence fit (``torch.utils.flop_counter``: the forward and
-    backward passes and the factors' products; the eigendecomposition has no count)."""
+    backward passes and the factors' products; the eigendecomposition has no count).
+
+    The counter has no formula for the in-place products the native backend adds its
+    factor sums with (``baddbmm_``, ``addmm_``; it counts them as 0), so they are
+    given one here.
+    """
     from torch.utils.flop_counter import FlopCounterMode
 
+    aten = torch.ops.aten
+    in_place = dict.fromkeys([aten.baddbmm_, aten.addmm_], _accumulating_product_flops)
     use_curvature(trainer, "native", ggn)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=in_place) as counter:
         trainer.fit_evidence()
     return counter.get_total_flops()
 
