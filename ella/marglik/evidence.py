@@ -187,8 +187,25 @@ class _FiniteBatches:
         return getattr(self.loader, name)
 
 
+def non_finite_parameters(model: nn.Module) -> list[str]:
+    """Names of ``model``'s parameters with a NaN or infinite entry, in order.
+
+    One fused 2-norm over all parameters first (a thousand tensors on the default
+    mixer, each checked on its own took a few percent of an evidence fit); the names
+    are looked up only when a norm is not finite, and a norm that overflowed on finite
+    entries does not count.
+    """
+    named = [(n, p.detach()) for n, p in model.named_parameters() if p.numel()]
+    if not named:
+        return []
+    norms = torch.stack([t.double() for t in torch._foreach_norm([p for _, p in named])])
+    if bool(torch.isfinite(norms).all()):
+        return []
+    return [n for n, p in named if not bool(torch.isfinite(p).all())]
+
+
 def _check_finite_weights(model: nn.Module) -> None:
-    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    bad = non_finite_parameters(model)
     if bad:
         raise TrainingDivergedError(
             f"the weights of {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} are not "

@@ -47,7 +47,7 @@ from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.marglik import LaplaceEvidence
-from ella.marglik.evidence import check_memory
+from ella.marglik.evidence import check_memory, non_finite_parameters
 from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note
@@ -388,7 +388,7 @@ class Trainer(EpochRun):
 
     def check_finite_weights(self) -> None:
         """Refuse to save or use weights that stopped being finite (a diverged step)."""
-        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        bad = non_finite_parameters(self.model)
         if bad:
             raise TrainingDivergedError(
                 f"the weights became non-finite ({', '.join(bad[:3])}"

@@ -169,3 +169,18 @@ def test_the_finiteness_check_refuses_any_non_finite_entry_and_no_finite_one(bad
         broken[i][i, 0] = bad
         with pytest.raises(EvidenceError, match="not finite"):
             _require_finite(broken)
+
+
+def test_non_finite_parameters_are_named_and_huge_finite_ones_are_not():
+    """The fused check names exactly the parameters with a NaN or infinite entry, in
+    order; finite weights whose 2-norm overflows float32 are not among them."""
+    from ella.marglik.evidence import non_finite_parameters
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    assert non_finite_parameters(model) == []
+    with torch.no_grad():
+        model[0].weight.fill_(3e20)  # finite; its squares overflow float32
+        assert non_finite_parameters(model) == []
+        model[1].bias[0] = math.nan
+        model[0].bias[2] = -math.inf
+    assert non_finite_parameters(model) == ["0.bias", "1.bias"]
