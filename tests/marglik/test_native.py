@@ -296,6 +296,37 @@ def test_chunking_a_batch_changes_nothing(float64):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
+class DetachedInput(nn.Module):
+    """Cuts the graph between the input and the network (as a user's preprocessing
+    might): the layers' outputs then depend on the input only through the weights."""
+
+    def forward(self, x):
+        return x.detach()
+
+
+def test_a_graph_without_the_input_gives_the_same_factors(float64):
+    """The factors are computed with the input, not the weights, in the graph; where a
+    layer's output does not depend on the input differentiably the fit falls back to
+    the weights' graph, with the same factors as without the cut."""
+    model = MODELS["C4 mixed"]()
+    cut = nn.Sequential(DetachedInput(), model)
+    x, y = torch.randn(6, 1, 8, 8), torch.randint(10, (6,))
+    _, plain = NativeGGN(model, "classification").kron(x, y, N=6)
+    _, fallback = NativeGGN(cut, "classification").kron(x, y, N=6)
+    for block_a, block_b in zip(plain.kfacs, fallback.kfacs, strict=True):
+        for a, b in zip(block_a, block_b, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_a_fit_leaves_every_parameters_requires_grad_as_it_was(float64):
+    model = MODELS["C4 mixed"]()
+    model.layer1.paths["conv"].requires_grad_(False)  # a path the user froze
+    before = {n: p.requires_grad for n, p in model.named_parameters()}
+    NativeGGN(model, "classification").kron(torch.randn(4, 1, 8, 8), torch.randint(10, (4,)), N=4)
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == before
+    assert not all(before.values()) and any(before.values())
+
+
 @pytest.mark.parametrize(
     "shape, kernel",
     [
