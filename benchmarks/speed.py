@@ -10,9 +10,10 @@ subset at 28x28), measured side by side because these machines are noisy:
   (``ella.nn.per_module_calls``: per-channel FC loop, separate convolutions),
   and one epoch;
 * one evidence fit over the 1000 training images with the native backend
-  (exact and MC GGN; the median of 3 after a warm-up, as the epoch) and with
-  ASDL (exact and MC; one fit each, the references), each as a multiple of one
-  epoch;
+  (exact and MC GGN), timed in turns with the epochs (:func:`paired_native_fits`:
+  three rounds of an epoch and a fit of each kind after a warm-up; the median of
+  each round's fit / epoch), and with ASDL (exact and MC; one fit each, the
+  references, as multiples of the median epoch);
 * ELLA / MAP training time at the default schedule, twice: with ``ella train``'s
   defaults (3000 images; each round fits the evidence on 1000 of them drawn
   afresh, the estimator of the subset evidence), which is ``ella_over_map``, and
@@ -135,6 +136,52 @@ def _accumulating_product_flops(self_shape, a_shape, b_shape, *args, out_shape=N
     return 2 * math.prod(a_shape) * b_shape[-1]
 
 
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired_native_fits(
+    trainer: Trainer, rounds: int = 3
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Epochs and native evidence fits timed in turns: each round one epoch, then one exact
+    and one MC fit, after a warm-up of each.
+
+    A fit's ratio to an epoch is taken within its round, against the epoch just before
+    it, and the median over the rounds is reported: the machine's load drifts over
+    minutes, and an epoch median taken apart from the fits moved the ratios by as much
+    as the changes they were to measure.
+
+    Returns:
+        The median epoch [s], the median fit per ``native_{ggn}`` [s], and the median
+        fit / epoch ratio per ``ggn``.
+    """
+    ggns = ("exact", "mc")
+    trainer.train_epoch()
+    for ggn in ggns:
+        use_curvature(trainer, "native", ggn)
+        trainer.fit_evidence()
+    epochs, fits, ratios = [], {g: [] for g in ggns}, {g: [] for g in ggns}
+    for _ in range(rounds):
+        epoch = _seconds(trainer.train_epoch)
+        epochs.append(epoch)
+        for ggn in ggns:
+            use_curvature(trainer, "native", ggn)
+            fit = _seconds(trainer.fit_evidence)
+            fits[ggn].append(fit)
+            ratios[ggn].append(fit / epoch)
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    return (
+        median(epochs),
+        {f"native_{g}": median(v) for g, v in fits.items()},
+        {g: median(v) for g, v in ratios.items()},
+    )
+
+
 def fit_flops(trainer: Trainer, ggn: str) -> float:
     """FLOPs of one native evidence fit (``torch.utils.flop_counter``: the forward and
     backward passes and the factors' products; the eigendecomposition has no count).
@@ -199,13 +246,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(config_for(args.profile), out)
         steps = step_timing(trainer)
-        epoch = median_seconds(trainer.train_epoch, repeats=3)
-        fits = {}
-        for backend in ("native", "asdl"):
-            for ggn in ("exact", "mc"):
-                print(f"evidence fit {backend} {ggn} ...", flush=True)
-                repeats = 3 if backend == "native" else 0  # asdl: one cold fit (minutes)
-                fits[f"{backend}_{ggn}"] = fit_seconds(trainer, backend, ggn, repeats)
+        print("epochs and native evidence fits in turns ...", flush=True)
+        epoch, fits, native_ratios = paired_native_fits(trainer)
+        for ggn in ("exact", "mc"):  # the references: one cold fit each (minutes)
+            print(f"evidence fit asdl {ggn} ...", flush=True)
+            fits[f"asdl_{ggn}"] = fit_seconds(trainer, "asdl", ggn, repeats=0)
         print("FLOPs of the native fits ...", flush=True)
         flops = {ggn: fit_flops(trainer, ggn) for ggn in ("exact", "mc")}
         eig_s = eigendecomposition_seconds(trainer)  # of the native mc fit's factors
@@ -236,8 +281,8 @@ def main() -> None:
         "step_fraction_of_matmul": achieved / gflops,
         "epoch_s": epoch,
         "fit_s": fits,
-        "fit_over_epoch_native_exact": fits["native_exact"] / epoch,
-        "fit_over_epoch_native_mc": fits["native_mc"] / epoch,
+        "fit_over_epoch_native_exact": native_ratios["exact"],
+        "fit_over_epoch_native_mc": native_ratios["mc"],
         "fit_over_epoch_asdl_exact": fits["asdl_exact"] / epoch,
         "fit_over_epoch_asdl_mc": fits["asdl_mc"] / epoch,
         # the floor in arithmetic: a fit's FLOPs over an epoch's (step FLOPs x N / batch)
@@ -274,7 +319,7 @@ def main() -> None:
          f"{achieved:.1f} ({100 * payload['step_fraction_of_matmul']:.0f}% of {gflops:.0f})"),
         ("one epoch [s]", f"{epoch:.2f}"),
         *[(f"evidence fit, {k.replace('_', ' ')} [s] (/ epoch)",
-           f"{v:.1f} ({v / epoch:.1f})") for k, v in fits.items()],
+           f"{v:.1f} ({payload[f'fit_over_epoch_{k}']:.2f})") for k, v in fits.items()],
         *[(f"evidence fit, native {g}: FLOPs / epoch's FLOPs (GFLOP/s of the fit)",
            f"{f / epoch_flop:.2f} ({f / fits[f'native_{g}'] / 1e9:.1f})")
           for g, f in flops.items()],

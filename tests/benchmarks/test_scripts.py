@@ -134,3 +134,33 @@ def test_speed_counts_the_fits_flops_and_times_their_eigenvalues(tmp_path):
     assert 0 < mc < exact
     assert trainer.priors.backend == "native" and trainer.priors.ggn == "mc"
     assert eigendecomposition_seconds(trainer) > 0
+
+
+def test_speed_counts_the_in_place_products_the_flop_counter_leaves_at_zero():
+    """``baddbmm_`` and ``addmm_`` (the native factor sums; torch 2.13's counter counts them
+    as 0) count ``2 n k m`` per matrix."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.speed import _accumulating_product_flops
+
+    aten = torch.ops.aten
+    mapping = dict.fromkeys([aten.baddbmm_, aten.addmm_], _accumulating_product_flops)
+    a, b, c = torch.randn(3, 5, 4), torch.randn(3, 4, 6), torch.zeros(3, 5, 6)
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counted:
+        c.baddbmm_(a, b)
+        c[0].addmm_(a[0], b[0])
+    assert counted.get_total_flops() == 2 * 3 * 5 * 4 * 6 + 2 * 5 * 4 * 6
+
+
+def test_speed_times_epochs_and_native_fits_in_turns(tmp_path):
+    from benchmarks.speed import paired_native_fits
+    from ella.train import Trainer
+    from tests.train.test_loop import tiny_config
+
+    trainer = Trainer(tiny_config(), tmp_path)
+    epoch, fits, ratios = paired_native_fits(trainer, rounds=1)
+    assert epoch > 0 and set(fits) == {"native_exact", "native_mc"}
+    # one round: each ratio is that round's fit over its epoch
+    for ggn in ("exact", "mc"):
+        assert ratios[ggn] == pytest.approx(fits[f"native_{ggn}"] / epoch)
