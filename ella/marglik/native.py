@@ -537,7 +537,8 @@ class NativeGGN(CurvatureInterface):
                     into = None if totals is None else totals[j]
                     per_block.append(block.output_factor(list(grads[start : start + n]), into))
                     start += n
-            totals = per_block
+            # the first column's sums become the running totals the next columns add into
+            totals = _own_copies(per_block) if totals is None else per_block
         return totals
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -583,8 +584,8 @@ class NativeGGN(CurvatureInterface):
         finally:
             for handle in handles:
                 handle.remove()
-        if a_totals is None:
-            a_sums, b_sums = _own_copies(a_sums), _own_copies(b_sums)
+        if a_totals is None:  # the first chunk's sums become the running totals
+            a_sums = _own_copies(a_sums)
         return f.detach(), a_sums, b_sums
 
     def kron(
