@@ -18,7 +18,6 @@ eigenvalues once after a fit, so each evaluation is a few vector operations
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -54,21 +53,27 @@ _NOT_FINITE = (
 )
 
 
-def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
-    # one fused call over thousands of small factors. The 2-norm is finite when the tensor
-    # is, unless its squares overflow, so only tensors whose 2-norm is not finite are
-    # checked exactly, by their largest |entry| (finite exactly when the tensor is; NaN
-    # propagates). The 2-norm's kernel is the fast one: on the default mixer's 1606
-    # factors the largest |entry| took about as long as the fit's forward over 128 images.
-    nonempty = [t for t in tensors if t.numel()]
+def _non_finite(tensors: list[torch.Tensor]) -> list[int]:
+    """Indices of the tensors with a NaN or infinite entry, in order.
+
+    One fused 2-norm over all of them (thousands of small factors or weights): the
+    2-norm is finite when the tensor is, unless its squares overflow, so only tensors
+    whose 2-norm is not finite are checked entry by entry. The 2-norm's kernel is the
+    fast one: on the default mixer's 1606 factors the largest |entry| took about as long
+    as the fit's forward over 128 images, and checking each tensor on its own a few
+    percent of an evidence fit.
+    """
+    nonempty = [i for i, t in enumerate(tensors) if t.numel()]
     if not nonempty:
-        return
-    norms = torch.stack([n.double() for n in torch._foreach_norm(nonempty)])
-    suspect = (~torch.isfinite(norms)).nonzero().flatten().tolist()
-    if not suspect:
-        return
-    largest = torch._foreach_norm([nonempty[i] for i in suspect], math.inf)
-    if not bool(torch.isfinite(torch.stack([m.double() for m in largest])).all()):
+        return []
+    norms = torch._foreach_norm([tensors[i].detach() for i in nonempty])
+    finite = torch.isfinite(torch.stack([n.double() for n in norms])).tolist()
+    suspect = [i for i, ok in zip(nonempty, finite, strict=True) if not ok]
+    return [i for i in suspect if not bool(torch.isfinite(tensors[i]).all())]
+
+
+def _require_finite(tensors: Iterable[torch.Tensor]) -> None:
+    if _non_finite(list(tensors)):
         raise EvidenceError(_NOT_FINITE)
 
 
@@ -188,20 +193,10 @@ class _FiniteBatches:
 
 
 def non_finite_parameters(model: nn.Module) -> list[str]:
-    """Names of ``model``'s parameters with a NaN or infinite entry, in order.
-
-    One fused 2-norm over all parameters first (a thousand tensors on the default
-    mixer, each checked on its own took a few percent of an evidence fit); the names
-    are looked up only when a norm is not finite, and a norm that overflowed on finite
-    entries does not count.
-    """
-    named = [(n, p.detach()) for n, p in model.named_parameters() if p.numel()]
-    if not named:
-        return []
-    norms = torch.stack([t.double() for t in torch._foreach_norm([p for _, p in named])])
-    if bool(torch.isfinite(norms).all()):
-        return []
-    return [n for n, p in named if not bool(torch.isfinite(p).all())]
+    """Names of ``model``'s parameters with a NaN or infinite entry, in order (one fused
+    check over all of them first, :func:`_non_finite`)."""
+    named = list(model.named_parameters())
+    return [named[i][0] for i in _non_finite([p for _, p in named])]
 
 
 def _check_finite_weights(model: nn.Module) -> None:
