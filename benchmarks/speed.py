@@ -66,15 +66,22 @@ def config_for(profile: str, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def seconds(fn) -> float:
+    """Wall time of one call ``fn()``."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the upper one of the two middle values of an even count)."""
+    return sorted(values)[len(values) // 2]
+
+
 def median_seconds(fn, repeats: int = 5) -> float:
     """Median wall time of ``fn()`` over ``repeats`` calls after one warm-up."""
     fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return median([seconds(fn) for _ in range(repeats)])
 
 
 def matmul_gflops(n: int = 2048) -> float:
@@ -126,20 +133,12 @@ def fit_seconds(trainer: Trainer, backend: str, ggn: str, repeats: int = 3) -> f
     use_curvature(trainer, backend, ggn)
     if repeats:
         return median_seconds(trainer.fit_evidence, repeats=repeats)
-    start = time.perf_counter()
-    trainer.fit_evidence()
-    return time.perf_counter() - start
+    return seconds(trainer.fit_evidence)
 
 
 def _accumulating_product_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs):
     """``2 n k m`` per matrix of ``self += a @ b`` (``baddbmm_``, ``addmm_``)."""
     return 2 * math.prod(a_shape) * b_shape[-1]
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def paired_native_fits(
@@ -164,17 +163,13 @@ def paired_native_fits(
         trainer.fit_evidence()
     epochs, fits, ratios = [], {g: [] for g in ggns}, {g: [] for g in ggns}
     for _ in range(rounds):
-        epoch = _seconds(trainer.train_epoch)
+        epoch = seconds(trainer.train_epoch)
         epochs.append(epoch)
         for ggn in ggns:
             use_curvature(trainer, "native", ggn)
-            fit = _seconds(trainer.fit_evidence)
+            fit = seconds(trainer.fit_evidence)
             fits[ggn].append(fit)
             ratios[ggn].append(fit / epoch)
-
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
     return (
         median(epochs),
         {f"native_{g}": median(v) for g, v in fits.items()},
@@ -206,16 +201,12 @@ def eigendecomposition_seconds(trainer: Trainer) -> float:
 
     la = trainer.priors.evidence.laplace
     decompose(la)  # a fresh lazy decomposition: nothing computed yet
-    start = time.perf_counter()
-    kron_eigenvalues(la)
-    return time.perf_counter() - start
+    return seconds(lambda: kron_eigenvalues(la))
 
 
 def timed_run(config: TrainConfig) -> float:
     with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
-        Trainer(config, out).run()
-        return time.perf_counter() - start
+        return seconds(lambda: Trainer(config, out).run())
 
 
 def child_peak_memory(profile: str, phase: str) -> float:
