@@ -14,8 +14,10 @@ public API does not give, through the attributes read or written here:
   tensor) of a ``KronLaplace``, or the dense/diagonal Hessian of a
   ``FullLaplace``/``DiagLaplace``;
 * ``la.loss``, ``la.n_data`` and ``la.damping``: written by subset evidence;
-* ``ParametricLaplace.fit``: the accumulation without the decomposition; every
-  ``KronLaplace`` fit ends with :func:`decompose` instead of laplace-torch's own;
+* ``ParametricLaplace.fit``: the accumulation without the decomposition, called
+  with ``override=False`` on a sum ella starts (``la.H += H_batch`` on
+  :class:`_RunningKronSum`, ``la.loss``, ``la.n_data``); every ``KronLaplace`` fit
+  ends with :func:`decompose` instead of laplace-torch's own;
 * ``KronDecomposed``'s attributes ``eigenvectors``, ``eigenvalues``, ``deltas`` and
   ``damping``, which :class:`LazyKronDecomposed` provides.
 
@@ -30,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from laplace.utils.matrix import KronDecomposed
+from laplace.utils.matrix import Kron, KronDecomposed
 
 from ella.errors import EvidenceError
 from ella.marglik.linalg import eigvalsh
@@ -44,6 +46,7 @@ __all__ = [
     "hessian_scale",
     "kron_eigenvalues",
     "kron_factors",
+    "own_copies",
     "parameter_dtype",
     "scale_to_n_data",
     "sum_factors",
@@ -220,15 +223,55 @@ def scale_to_n_data(la, n_data: int) -> None:
     decompose(la)
 
 
+def own_copies(sums: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """``sums`` block by block, with a tensor that appears in it a second time copied, so
+    that the running sums can be added to in place without counting it twice."""
+    seen: set[int] = set()
+    owned = []
+    for block in sums:
+        own = []
+        for t in block:
+            own.append(t.clone() if id(t) in seen else t)
+            seen.add(id(t))
+        owned.append(own)
+    return owned
+
+
+class _RunningKronSum:
+    """The start of a sum of per-batch ``Kron`` (``la.H += H_batch`` in laplace-torch's
+    ``ParametricLaplace.fit``): the first batch's factors become the running totals and
+    later batches are added into them in place (:class:`_InPlaceKron`).
+
+    laplace-torch starts from zeros of every factor's shape and allocates a new sum for
+    every batch; on the default mixer that is 1606 zero factors and one full copy of
+    them per batch.
+    """
+
+    def __iadd__(self, batch: Kron) -> Kron:
+        return _InPlaceKron(own_copies(batch.kfacs))  # a bias shares its weight's B
+
+
+class _InPlaceKron(Kron):
+    """A ``Kron`` to which ``+=`` adds another's factors in place."""
+
+    def __iadd__(self, other: Kron) -> Kron:
+        for mine, theirs in zip(self.kfacs, other.kfacs, strict=True):
+            for total, part in zip(mine, theirs, strict=True):
+                total.add_(part)
+        return self
+
+
 def fit_undecomposed(la, loader, progress: bool = False) -> None:
     """``KronLaplace.fit`` without its final eigendecomposition: ``la.H_facs`` holds the
     accumulated factors, to be summed over processes (:func:`sum_factors`, which
     decomposes them once) instead of decomposed twice. Calls laplace-torch's
-    ``ParametricLaplace.fit`` (the accumulation over batches) directly."""
+    ``ParametricLaplace.fit`` (the accumulation over batches) directly, with the sum
+    started from the first batch (:class:`_RunningKronSum`) instead of from zeros."""
     from laplace.baselaplace import ParametricLaplace
 
     la.H_facs = None
-    ParametricLaplace.fit(la, loader, override=True, progress_bar=progress)
+    la.H, la.loss, la.n_data = _RunningKronSum(), 0, 0  # what override=True would reset
+    ParametricLaplace.fit(la, loader, override=False, progress_bar=progress)
     la.H_facs = la.H
 
 

@@ -44,6 +44,7 @@ from laplace.utils.matrix import Kron
 from torch import nn
 
 from ella.errors import EvidenceError
+from ella.marglik.laplace_internals import own_copies
 from ella.marglik.support import UnsupportedModuleError, check_supported
 from ella.nn.paths import FCPath, GConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
@@ -407,20 +408,6 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
 
 
 # ---------------------------------------------------------------- the backend
-def _own_copies(sums: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
-    """``sums`` block by block, with a tensor that appears in it a second time copied, so
-    that the running sums can be added to in place without counting it twice."""
-    seen: set[int] = set()
-    owned = []
-    for block in sums:
-        own = []
-        for t in block:
-            own.append(t.clone() if id(t) in seen else t)
-            seen.add(id(t))
-        owned.append(own)
-    return owned
-
-
 @contextmanager
 def _weights_out_of_graph(model: nn.Module) -> Iterator[None]:
     """``requires_grad=False`` on ``model``'s trainable parameters for the block, restored
@@ -538,7 +525,7 @@ class NativeGGN(CurvatureInterface):
                     per_block.append(block.output_factor(list(grads[start : start + n]), into))
                     start += n
             # the first column's sums become the running totals the next columns add into
-            totals = _own_copies(per_block) if totals is None else per_block
+            totals = own_copies(per_block) if totals is None else per_block
         return totals
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -585,7 +572,7 @@ class NativeGGN(CurvatureInterface):
             for handle in handles:
                 handle.remove()
         if a_totals is None:  # the first chunk's sums become the running totals
-            a_sums = _own_copies(a_sums)
+            a_sums = own_copies(a_sums)
         return f.detach(), a_sums, b_sums
 
     def kron(

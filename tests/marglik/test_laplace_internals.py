@@ -177,3 +177,31 @@ def test_equal_factors_are_decomposed_once_and_get_the_same_eigenvalues(float64,
         for factor, lam in zip(block, lams, strict=True):
             expected = factor if factor.ndim == 1 else real(factor).clamp(min=0)
             torch.testing.assert_close(lam, expected)
+
+
+@pytest.mark.parametrize("backend", ["asdl", "native"])
+def test_the_running_sum_over_batches_equals_laplace_torchs_fit(float64, backend):
+    """fit_undecomposed adds the batches' factors in place into the first batch's (the
+    native backend hands a bias block the same tensor as its weight's output factor):
+    the factors and the log-likelihood term are laplace-torch's own sum's."""
+    from ella.marglik.laplace_internals import fit_undecomposed
+    from ella.marglik.native import NativeGGN
+
+    torch.manual_seed(0)
+    x, y = torch.randn(30, 3), torch.randint(4, (30,))
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4))
+    curvature = AsdlGGN if backend == "asdl" else NativeGGN
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)  # 4 batches, the last of 6
+    stock = KronLaplace(model, "classification", backend=curvature)
+    stock.fit(loader)
+    ours = KronLaplace(model, "classification", backend=curvature)
+    fit_undecomposed(ours, loader)
+    assert ours.n_data == stock.n_data == 30
+    torch.testing.assert_close(ours.loss, stock.loss)
+    for mine, theirs in zip(kron_factors(ours), stock.H_facs.kfacs, strict=True):
+        assert len(mine) == len(theirs)
+        for factor, expected in zip(mine, theirs, strict=True):
+            torch.testing.assert_close(factor, expected)
+    # every running total is its own tensor: nothing was added twice through a shared one
+    totals = [f for block in kron_factors(ours) for f in block]
+    assert len({id(f) for f in totals}) == len(totals)
