@@ -46,6 +46,7 @@ __all__ = [
     "hessian_scale",
     "kron_eigenvalues",
     "kron_factors",
+    "mark_permuted",
     "own_copies",
     "parameter_dtype",
     "scale_to_n_data",
@@ -148,37 +149,72 @@ class LazyKronDecomposed(KronDecomposed):
     @property
     def eigenvalues(self) -> list[list[torch.Tensor]]:
         if self._eigenvalues is None:
-            self._eigenvalues = _once_per_distinct_factor(self._factors, _factor_eigenvalues)
+            self._eigenvalues = _once_per_distinct_factor(
+                self._factors, _factor_eigenvalues, lambda values, _: values
+            )
         return self._eigenvalues
 
     @property
     def eigenvectors(self) -> list[list[torch.Tensor]]:
         if self._eigenvectors is None:
-            self._eigenvectors = _once_per_distinct_factor(self._factors, _factor_eigenvectors)
+            self._eigenvectors = _once_per_distinct_factor(
+                self._factors, _factor_eigenvectors, lambda vectors, perm: vectors[perm]
+            )
         return self._eigenvectors
 
 
+def mark_permuted(factor: torch.Tensor, source: torch.Tensor, permutation: torch.Tensor) -> None:
+    """Record that ``factor`` should be ``source[permutation][:, permutation]`` (a
+    similarity by a permutation), so that :class:`LazyKronDecomposed` takes its
+    eigenvalues from ``source``'s, and its eigenvectors from ``source``'s rows permuted.
+    Only a hint: the decomposition confirms the equality entry for entry first."""
+    factor._ella_permuted = (source, permutation)
+
+
+def _permuted_source(factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(source, permutation)`` where :func:`mark_permuted` marked ``factor`` and the
+    mark still holds exactly, else ``None``."""
+    mark = getattr(factor, "_ella_permuted", None)
+    if mark is None:
+        return None
+    source, permutation = mark
+    permutation = permutation.to(factor.device)
+    if source.shape != factor.shape or not torch.equal(source[permutation][:, permutation], factor):
+        return None
+    return source, permutation
+
+
 def _once_per_distinct_factor(
-    factors: list[list[torch.Tensor]], decomposition: Callable[[torch.Tensor], torch.Tensor]
+    factors: list[list[torch.Tensor]],
+    decomposition: Callable[[torch.Tensor], torch.Tensor],
+    permuted: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> list[list[torch.Tensor]]:
-    """``decomposition`` of every factor, computed once for factors that are equal.
+    """``decomposition`` of every factor, computed once for factors that are equal or
+    equal up to a marked permutation.
 
     A bias block ``[B]`` repeats its weight block's output factor ``B`` (``[B, A]``),
     equal entry for entry, since both sum the same output gradients; on the default
     mixer that is 378 of the 1606 factors, among them 8 of the 28 of 784 x 784. Equal
     factors are found by their trace and confirmed by ``torch.equal``; the result is
-    shared (read-only).
+    shared (read-only). A factor marked by :func:`mark_permuted` (the pixel factors of
+    lifted copies, :class:`ella.marglik.native._FCPathBlock`), once confirmed, gets
+    ``permuted(source's result, permutation)``.
     """
     flat = [f for block in factors for f in block]
     traces = torch.stack([f.diagonal().sum() if f.ndim == 2 else f.sum() for f in flat]).tolist()
     seen: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    done: dict[int, torch.Tensor] = {}  # id of a factor -> its result
     results = []
     for f, trace in zip(flat, traces, strict=True):
         candidates = seen.setdefault((tuple(f.shape), f.dtype, f.device, trace), [])
         result = next((r for g, r in candidates if torch.equal(f, g)), None)
+        marked = _permuted_source(f) if result is None and f.ndim == 2 else None
+        if marked is not None and id(marked[0]) in done:
+            result = permuted(done[id(marked[0])], marked[1])
         if result is None:
             result = decomposition(f)
             candidates.append((f, result))
+        done[id(f)] = result
         results.append(result)
     parts = iter(results)
     return [[next(parts) for _ in block] for block in factors]

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
-from ella.marglik.laplace_internals import kron_factors
+from ella.marglik.laplace_internals import kron_eigenvalues, kron_factors
 from ella.marglik.native import NativeGGN, _patches
 from ella.models import mixer
 from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer
@@ -362,3 +362,85 @@ def test_the_softmax_hessian_root_has_k_minus_1_columns(float64, classes, spread
     torch.testing.assert_close(
         torch.einsum("vmk,vml->mkl", columns, columns), hessian, rtol=0, atol=1e-15
     )
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_lifted_copies_pixel_factors_are_permutations_of_the_first(float64, group, monkeypatch):
+    """The first layer's FC path gets the lifted images: copy h's pixel factor is summed
+    as copy 0's with pixels permuted, and its eigenvalues are copy 0's, decomposed once
+    (the factors and evidence equal the stock backends' in the tests above)."""
+    from ella.marglik import laplace_internals
+    from ella.marglik.native import _FCPathBlock
+
+    order = get_group(group).order
+    model = mixer(1, 10, 8, group, width=2)
+    decompose, shapes = laplace_internals._factor_eigenvalues, []
+
+    def counted(factor):
+        shapes.append(tuple(factor.shape))
+        return decompose(factor)
+
+    monkeypatch.setattr(laplace_internals, "_factor_eigenvalues", counted)
+    evidence = fitted(model, "native")
+    first, *rest = [b for b in evidence.laplace.backend.blocks if isinstance(b, _FCPathBlock)]
+    assert first.copies_permuted and not any(b.copies_permuted for b in rest)
+    factors, eigenvalues = kron_factors(evidence.laplace), kron_eigenvalues(evidence.laplace)
+    for (_, a), (_, lam) in zip(factors[:order], eigenvalues[:order], strict=True):
+        assert a.shape == (64, 64)  # layer 1's pixel maps, one per copy: [B_i, A_i]
+        torch.testing.assert_close(lam, torch.linalg.eigvalsh(a).clamp(min=0.0))
+    with_marks = shapes.count((64, 64))
+    shapes.clear()
+    monkeypatch.setattr(laplace_internals, "_permuted_source", lambda factor: None)
+    kron_eigenvalues(fitted(model, "native").laplace)
+    assert shapes.count((64, 64)) - with_marks == order - 1
+
+
+def test_a_permutation_mark_that_does_not_hold_is_ignored(float64):
+    from ella.marglik.laplace_internals import LazyKronDecomposed, mark_permuted
+
+    torch.manual_seed(0)
+    rows = torch.randn(20, 6)
+    a0 = rows.T @ rows
+    perm = torch.tensor([2, 0, 1, 5, 3, 4])
+    a1, wrong = a0[perm][:, perm], a0[perm][:, perm] + 1e-9 * torch.eye(6)
+    mark_permuted(a1, a0, perm)
+    mark_permuted(wrong, a0, perm)
+    decomposed = LazyKronDecomposed([[a0], [a1], [wrong]])
+    for (values,), factor in zip(decomposed.eigenvalues, (a0, a1, wrong), strict=True):
+        torch.testing.assert_close(values, torch.linalg.eigvalsh(factor).clamp(min=0.0))
+    for (vectors,), factor in zip(decomposed.eigenvectors, (a0, a1, wrong), strict=True):
+        values = torch.linalg.eigvalsh(factor)
+        torch.testing.assert_close(vectors.T @ factor @ vectors, torch.diag(values))
+
+
+def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64):
+    """A chunk whose copies are not permutations after chunks whose copies were: the
+    running sum of copy 0 becomes every copy's before this chunk is added."""
+    from ella.marglik.native import _FCPathBlock
+    from ella.nn.paths import FCPath
+
+    torch.manual_seed(0)
+    path = FCPath(1, 2, 4, "C4")
+    block = _FCPathBlock(path)
+    lifted = Lift("C4")(torch.randn(5, 1, 4, 4))  # (5, 4, 1, 4, 4): copies permuted
+    chunks = [lifted, lifted.flip(0), torch.randn(3, 4, 1, 4, 4)]
+    totals, expected = None, 0
+    for z in chunks:
+        block.hook()
+        path(z)
+        x = path._capture["x"]
+        expected = expected + x.transpose(1, 2) @ x
+        totals = block.input_sums(totals)
+    assert not block.copies_permuted
+    torch.testing.assert_close(totals[0], expected)
+    # all chunks permuted: copy 0's sum only, every copy's once assembled
+    totals = None
+    for z in chunks[:2]:
+        block.hook()
+        path(z)
+        totals = block.input_sums(totals)
+    assert block.copies_permuted and totals[0].shape == (1, 16, 16)
+    b_sums = [torch.zeros(4, 8, 8), torch.zeros(8, 16, 16)]
+    pixel = [a for _, a in block.assemble(totals, b_sums, n_data=1)[:4]]
+    x = torch.cat([chunks[0], chunks[1]]).reshape(10, 4, 16).transpose(0, 1)
+    torch.testing.assert_close(torch.stack(pixel), x.transpose(1, 2) @ x)
