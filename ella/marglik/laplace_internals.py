@@ -207,7 +207,7 @@ def _once_per_distinct_factor(
     results = []
     for f, trace in zip(flat, traces, strict=True):
         candidates = seen.setdefault((tuple(f.shape), f.dtype, f.device, trace), [])
-        result = next((r for g, r in candidates if torch.equal(f, g)), None)
+        result = next((r for g, r in candidates if g is f or torch.equal(f, g)), None)
         marked = _permuted_source(f) if result is None and f.ndim == 2 else None
         if marked is not None and id(marked[0]) in done:
             result = permuted(done[id(marked[0])], marked[1])
@@ -284,16 +284,32 @@ class _RunningKronSum:
     """
 
     def __iadd__(self, batch: Kron) -> Kron:
-        return _InPlaceKron(own_copies(batch.kfacs))  # a bias shares its weight's B
+        return _InPlaceKron([list(block) for block in batch.kfacs])
+
+
+def _sharing(kfacs: list[list[torch.Tensor]]) -> list[int]:
+    """Per factor (in order), the position of the first factor that is the same tensor."""
+    first: dict[int, int] = {}
+    return [first.setdefault(id(f), i) for i, f in enumerate(f for b in kfacs for f in b)]
 
 
 class _InPlaceKron(Kron):
-    """A ``Kron`` to which ``+=`` adds another's factors in place."""
+    """A ``Kron`` to which ``+=`` adds another's factors in place.
+
+    A tensor that several blocks share (the native backend hands a bias block its
+    weight's ``B``) is added to once, where the added ``Kron`` shares it the same way;
+    otherwise the shared totals are first made copies of their own (:func:`own_copies`).
+    """
 
     def __iadd__(self, other: Kron) -> Kron:
+        if _sharing(self.kfacs) != _sharing(other.kfacs):
+            self.kfacs = own_copies(self.kfacs)
+        added: set[int] = set()
         for mine, theirs in zip(self.kfacs, other.kfacs, strict=True):
             for total, part in zip(mine, theirs, strict=True):
-                total.add_(part)
+                if id(total) not in added:
+                    total.add_(part)
+                    added.add(id(total))
         return self
 
 
