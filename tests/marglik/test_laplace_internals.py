@@ -143,8 +143,8 @@ def test_a_subset_fit_decomposes_each_factor_once(monkeypatch):
     )
     real, calls = torch.linalg.eigvalsh, []
 
-    def counting(matrix, UPLO="L"):
-        calls.append(tuple(matrix.shape))
+    def counting(matrix, UPLO="L"):  # one entry per matrix, batched or not
+        calls.extend([tuple(matrix.shape[-2:])] * (matrix.shape[0] if matrix.ndim == 3 else 1))
         return real(matrix, UPLO=UPLO)
 
     monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
@@ -167,7 +167,7 @@ def test_equal_factors_are_decomposed_once_and_get_the_same_eigenvalues(float64,
     real, calls = torch.linalg.eigvalsh, []
 
     def counting(matrix, UPLO="L"):
-        calls.append(matrix)
+        calls.extend(matrix if matrix.ndim == 3 else [matrix])
         return real(matrix, UPLO=UPLO)
 
     monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
@@ -221,3 +221,50 @@ def test_a_batch_that_does_not_share_a_factor_unshares_the_running_total():
     torch.testing.assert_close(b_weight, torch.full((2, 2), 4.0))
     torch.testing.assert_close(b_bias, torch.full((2, 2), 7.0))
     torch.testing.assert_close(a, torch.full((3, 3), 3.0))
+
+
+def test_small_factors_of_one_shape_are_decomposed_in_one_batch(float64, monkeypatch):
+    """One batched eigvalsh per shape; a factor whose batched result is not finite, or a
+    batch LAPACK does not converge on, is decomposed on its own (with the retries)."""
+    from ella.marglik import laplace_internals
+
+    torch.manual_seed(0)
+    grams = [(lambda x: x.T @ x)(torch.randn(12, n)) for n in (5, 5, 5, 7, 7)]
+    real, shapes = torch.linalg.eigvalsh, []
+
+    def counting(matrix, UPLO="L"):
+        shapes.append(tuple(matrix.shape))
+        return real(matrix, UPLO=UPLO)
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
+    values = laplace_internals._eigenvalues_of(grams)
+    assert sorted(shapes) == [(2, 7, 7), (3, 5, 5)]
+    for factor, lam in zip(grams, values, strict=True):
+        torch.testing.assert_close(lam, real(factor).clamp(min=0))
+
+    def nan_for_the_second(matrix, UPLO="L"):
+        shapes.append(tuple(matrix.shape))
+        result = real(matrix, UPLO=UPLO)
+        if matrix.ndim == 3:
+            result[1] = float("nan")
+        return result
+
+    shapes.clear()
+    monkeypatch.setattr(torch.linalg, "eigvalsh", nan_for_the_second)
+    values = laplace_internals._eigenvalues_of(grams[:3])
+    assert shapes == [(3, 5, 5), (5, 5)]  # the batch, then the second factor alone
+    for factor, lam in zip(grams[:3], values, strict=True):
+        torch.testing.assert_close(lam, real(factor).clamp(min=0))
+
+    def batches_fail(matrix, UPLO="L"):
+        shapes.append(tuple(matrix.shape))
+        if matrix.ndim == 3:
+            raise RuntimeError("linalg.eigvalsh: the algorithm failed to converge")
+        return real(matrix, UPLO=UPLO)
+
+    shapes.clear()
+    monkeypatch.setattr(torch.linalg, "eigvalsh", batches_fail)
+    values = laplace_internals._eigenvalues_of(grams[:3])
+    assert shapes == [(3, 5, 5), (5, 5), (5, 5), (5, 5)]
+    for factor, lam in zip(grams[:3], values, strict=True):
+        torch.testing.assert_close(lam, real(factor).clamp(min=0))
