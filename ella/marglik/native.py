@@ -563,8 +563,8 @@ class NativeGGN(CurvatureInterface):
             memory, not the result). The default cuts the evidence's batches of 500 into
             three: on the default mixer the exact fit took 4.9 s against 5.2 s in chunks
             of 128 and 5.1 s in two of 250 (one process, medians of 3; 2 threads,
-            2026-11-26), at a peak of 1.10 GB against 0.98 and 1.25 (an epoch's:
-            0.79 GB; issue 12's bound is 1.5 of it).
+            2026-11-26), at a peak resident memory of 1098 MiB against 975 and 1249
+            (an epoch's: 786 MiB; issue 12's bound is 1.5 of it).
         last_layer, subnetwork_indices: not supported (the whole network).
     """
 
