@@ -649,11 +649,15 @@ class NativeGGN(CurvatureInterface):
         if x.is_floating_point() or x.is_complex():
             with _weights_out_of_graph(self.model):
                 f = self.model(x.detach().requires_grad_())
-            outputs = [t for block in self.blocks for t in block.outputs()]
+            outputs = self._captured_outputs()
             if f.requires_grad and all(t.requires_grad for t in outputs):
                 return f, outputs
         f = self.model(x)
-        return f, [t for block in self.blocks for t in block.outputs()]
+        return f, self._captured_outputs()
+
+    def _captured_outputs(self) -> list[torch.Tensor]:
+        """The outputs the blocks captured in the last forward, block after block."""
+        return [t for block in self.blocks for t in block.outputs()]
 
     def _chunk_sums(
         self,
