@@ -16,8 +16,10 @@ subset at 28x28), measured side by side because these machines are noisy:
   references, as multiples of the median epoch);
 * ELLA / MAP training time at the default schedule, twice: with ``ella train``'s
   defaults (3000 images; each round fits the evidence on 1000 of them drawn
-  afresh, the estimator of the subset evidence), which is ``ella_over_map``, and
-  on the profile's 1000 images (every round fits all of them), which is
+  afresh, the estimator of the subset evidence), which is ``ella_over_map``: the
+  median ratio of ``--pairs`` (3) MAP / ELLA pairs run in turns, because one
+  pair's ratio moves by +-0.05 with the machine's load; and once on the
+  profile's 1000 images (every round fits all of them), which is
   ``ella_over_map_full_evidence``;
 * this machine's fp32 matmul GFLOP/s and the model's FLOPs per training step
   (``torch.utils.flop_counter``), so the fraction of the limit the step reaches
@@ -25,13 +27,14 @@ subset at 28x28), measured side by side because these machines are noisy:
 * peak resident memory of one epoch and of one native evidence fit, each in a
   fresh child process (``VmHWM``; a forked child would inherit the parent's).
 
-    python -m benchmarks.speed                 # cpu profile, about 10 minutes on 2 cores
+    python -m benchmarks.speed                 # cpu profile, about 14 minutes on 2 cores
     python -m benchmarks.speed --profile paper # the paper's sizes (60000 images, GPU)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -209,6 +212,19 @@ def timed_run(config: TrainConfig) -> float:
         return seconds(lambda: Trainer(config, out).run())
 
 
+def paired_runs(config: TrainConfig, pairs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of ``pairs`` MAP runs and as many ELLA runs of ``config``, in
+    turns (MAP, ELLA, MAP, ELLA, ...), so that a change in the machine's load
+    between runs falls on both kinds alike; ``config`` learns the priors, its MAP
+    twin does not."""
+    map_config = dataclasses.replace(config, learn_priors=False)
+    map_s, ella_s = [], []
+    for _ in range(pairs):
+        map_s.append(timed_run(map_config))
+        ella_s.append(timed_run(config))
+    return map_s, ella_s
+
+
 def child_peak_memory(profile: str, phase: str) -> float:
     """Peak RSS in MiB of a fresh process doing one epoch (``phase="epoch"``) or one
     native evidence fit with the exact or MC GGN (``"fit_exact"``, ``"fit_mc"``)."""
@@ -234,7 +250,16 @@ def child_peak_memory(profile: str, phase: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=3,
+        help="MAP / ELLA pairs at ella train's defaults, run in turns; ella_over_map is "
+        "the median of their ratios (default: 3)",
+    )
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error(f"--pairs must be at least 1, got {args.pairs}")
     torch.manual_seed(0)
     start = time.time()
     base = config_for(args.profile)
@@ -253,16 +278,15 @@ def main() -> None:
         eig_s = eigendecomposition_seconds(trainer)  # of the native mc fit's factors
         n_train = len(trainer.data.train)
     print("MAP and ELLA runs ...", flush=True)
-    map_s = timed_run(config_for(args.profile, learn_priors=False))
-    ella_s = timed_run(base)
+    (map_s,), (ella_s,) = paired_runs(base, pairs=1)
     defaults = DEFAULT_RUNS[args.profile]
     if defaults is None:
-        default_cfg, default_map_s, default_ella_s = base, map_s, ella_s
+        default_cfg, default_map_s, default_ella_s = base, [map_s], [ella_s]
     else:
-        print("MAP and ELLA runs with ella train's defaults ...", flush=True)
+        print(f"{args.pairs} MAP / ELLA pairs with ella train's defaults ...", flush=True)
         default_cfg = TrainConfig(**defaults)
-        default_map_s = timed_run(TrainConfig(**defaults, learn_priors=False))
-        default_ella_s = timed_run(default_cfg)
+        default_map_s, default_ella_s = paired_runs(default_cfg, args.pairs)
+    default_ratios = [e / m for m, e in zip(default_map_s, default_ella_s, strict=True)]
     memory = {p: child_peak_memory(args.profile, p) for p in ("epoch", "fit_exact", "fit_mc")}
     achieved = steps["flop_per_step"] / (steps["step_ms"] / 1e3) / 1e9
     epoch_flop = steps["flop_per_step"] * n_train / base.batch_size
@@ -293,10 +317,12 @@ def main() -> None:
         "default_run": {
             "train_size": default_cfg.train_size,
             "marglik_subset_size": default_cfg.marglik_subset_size,
+            # one entry per pair, in the order run
             "map_training_s": default_map_s,
             "ella_training_s": default_ella_s,
         },
-        "ella_over_map": default_ella_s / default_map_s,
+        "ella_over_map": median(default_ratios),
+        "ella_over_map_pairs": default_ratios,
         "peak_rss_mib": memory,
         # the exact fit's, the larger ("evidence_fit" in runs before 2026-11-26 was the MC fit's)
         "fit_peak_over_epoch_peak": memory["fit_exact"] / memory["epoch"],
@@ -327,11 +353,13 @@ def main() -> None:
         (f"MAP training, {n_train} images [s]", f"{map_s:.1f}"),
         (f"ELLA training, {n_train} images, every round on all of them [s] (/ MAP)",
          f"{ella_s:.1f} ({payload['ella_over_map_full_evidence']:.2f})"),
-        (f"MAP training, ella train's defaults ({default_cfg.train_size} images) [s]",
-         f"{default_map_s:.1f}"),
+        (f"MAP training, ella train's defaults ({default_cfg.train_size} images) [s], "
+         f"{len(default_map_s)} runs", ", ".join(f"{s:.1f}" for s in default_map_s)),
         (f"ELLA training, ella train's defaults (rounds on "
-         f"{default_cfg.marglik_subset_size or 'all'} images) [s] (/ MAP)",
-         f"{default_ella_s:.1f} ({payload['ella_over_map']:.2f})"),
+         f"{default_cfg.marglik_subset_size or 'all'} images) [s], each after its MAP run",
+         ", ".join(f"{s:.1f}" for s in default_ella_s)),
+        ("ELLA / MAP at the defaults: median of the pairs (each pair)",
+         f"{payload['ella_over_map']:.2f} ({', '.join(f'{r:.2f}' for r in default_ratios)})"),
         ("peak RSS, one epoch [MiB]", f"{memory['epoch']:.0f}"),
         ("peak RSS, one native exact evidence fit [MiB] (/ epoch)",
          f"{memory['fit_exact']:.0f} ({payload['fit_peak_over_epoch_peak']:.2f})"),

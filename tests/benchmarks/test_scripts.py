@@ -164,3 +164,23 @@ def test_speed_times_epochs_and_native_fits_in_turns(tmp_path):
     # one round: each ratio is that round's fit over its epoch
     for ggn in ("exact", "mc"):
         assert ratios[ggn] == pytest.approx(fits[f"native_{ggn}"] / epoch)
+
+
+def test_speed_runs_map_and_ella_in_turns(monkeypatch):
+    """``paired_runs`` alternates a MAP run and an ELLA run of the same config, and
+    returns each kind's seconds in the order run."""
+    import benchmarks.speed as speed
+    from tests.train.test_loop import tiny_config
+
+    ran = []
+
+    def fake_timed_run(config):
+        ran.append(config)
+        return float(len(ran))
+
+    monkeypatch.setattr(speed, "timed_run", fake_timed_run)
+    config = tiny_config()
+    map_s, ella_s = speed.paired_runs(config, pairs=3)
+    assert [c.learn_priors for c in ran] == [False, True] * 3
+    assert ran[1] is config and ran[0].to_dict() == {**config.to_dict(), "learn_priors": False}
+    assert map_s == [1.0, 3.0, 5.0] and ella_s == [2.0, 4.0, 6.0]
