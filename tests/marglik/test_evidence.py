@@ -184,3 +184,41 @@ def test_non_finite_parameters_are_named_and_huge_finite_ones_are_not():
         model[1].bias[0] = math.nan
         model[0].bias[2] = -math.inf
     assert non_finite_parameters(model) == ["0.bias", "1.bias"]
+
+
+def test_instance_norm_leaves_a_flat_direction_in_weights_and_precisions(float64):
+    """A CONV+GCONV layer followed by instance normalisation computes the same function
+    when all its weights and biases are multiplied by ``c``; the GGN of its parameters
+    is then divided by ``c^2``, so dividing its precisions by ``c^2`` too leaves the log
+    evidence exactly as it was (log-likelihood, scatter ``delta ||theta||^2`` and
+    ``log det (H + delta) - log det delta`` each unchanged). Along this direction the
+    evidence cannot fix the scale of such a layer's priors: training that shrinks the
+    weights lets the optimal precisions grow without bound
+    (``benchmarks/results/recipe.md``, "320 epochs: the precisions run away")."""
+    model = mixer(
+        1, 3, 6, group="C4", width=1, blocks=((1, 1), (2, 2)), paths=("conv", "gconv"),
+        norm="instance",
+    )  # fmt: skip
+    prior = PriorStructure(model)
+    data = tiny_data()
+    x = data.dataset.tensors[0]
+    log_prec = torch.linspace(-1.0, 1.5, prior.n_groups)
+
+    def log_evidence():
+        evidence = LaplaceEvidence(model, prior, ggn="exact")
+        evidence.fit(data)
+        return evidence.log_marginal_likelihood(log_prec).item()
+
+    before, outputs = log_evidence(), model(x)
+    layer, c = model.layer1, 3.0
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.mul_(c)
+    moved = [i for i, name in enumerate(prior.names) if name.startswith("layer1.")]
+    assert len(moved) == 2
+    log_prec[moved] -= 2 * math.log(c)
+    torch.testing.assert_close(model(x), outputs, rtol=1e-6, atol=1e-6)
+    assert log_evidence() == pytest.approx(before, rel=1e-7)  # up to the norm's eps
+    # the same move without the precisions' half changes it: the direction is joint
+    log_prec[moved] += 2 * math.log(c)
+    assert abs(log_evidence() - before) > 1e-3 * abs(before)
