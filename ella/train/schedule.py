@@ -17,6 +17,7 @@ from torch import nn
 from ella.choices import (
     GGN,
     Backend,
+    GConvRate,
     HessianStructure,
     LRScaling,
     Optimizer,
@@ -26,7 +27,7 @@ from ella.choices import (
 )
 from ella.config import Config, option
 from ella.errors import ConfigError
-from ella.nn.paths import FCPath
+from ella.nn.paths import FCPath, GConvPath
 
 
 @dataclass
@@ -40,6 +41,7 @@ class OptimizerConfig(Config):
     lr_min: float = option(1e-6, minimum=0)
     momentum: float = option(0.9, minimum=0, maximum=1)
     lr_scaling: LRScaling = LRScaling.NONE
+    gconv_lr: GConvRate = GConvRate.SAME
     seed: int = option(0, minimum=0)
     progress: bool = option(True, defines_run=False)
 
@@ -50,6 +52,13 @@ class OptimizerConfig(Config):
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
                 f"about lr); with --optimizer {self.optimizer} use --lr-scaling none or auto"
+            )
+
+        if self.gconv_lr == GConvRate.GROUP_ORDER and self.optimizer != "adam":
+            raise ConfigError(
+                f"--gconv-lr group_order corrects Adam's step for the GCONV weights' sharing "
+                f"(SGD's gradient already sums it); with --optimizer {self.optimizer} use "
+                "--gconv-lr same"
             )
 
     def weight_lr_scaling(self) -> LRScaling:
@@ -154,11 +163,21 @@ def fc_path_parameters(module: nn.Module) -> set[int]:
     return {id(p) for m in module.modules() if isinstance(m, FCPath) for p in m.parameters()}
 
 
+def gconv_path_parameters(module: nn.Module) -> dict[int, int]:
+    """``{id: group order}`` of every tensor that belongs to a GCONV path of ``module``."""
+    return {
+        id(p): m.group.order
+        for m in module.modules()
+        if isinstance(m, GConvPath)
+        for p in m.parameters()
+    }
+
+
 def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer:
     """SGD with momentum or Adam over ``parameters`` (an iterable or a module's), at
     ``config.lr``, with one parameter group per learning-rate factor of
-    ``config.lr_scaling`` (the factor is the group's ``"lr_scale"``, which the
-    learning-rate schedule multiplies in).
+    ``config.lr_scaling`` and ``config.gconv_lr`` (the factor is the group's
+    ``"lr_scale"``, which the learning-rate schedule multiplies in).
 
     The update runs in torch's ``foreach`` form (one call per operation over all
     tensors; bit-identical to the per-tensor loop): ella's FC paths hold about a
@@ -169,16 +188,20 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     1e-6; ``tests/test_distributed.py``), so it is not used.
     """
     scaling = config.weight_lr_scaling()
+    tied = config.gconv_lr == GConvRate.GROUP_ORDER
     if isinstance(parameters, nn.Module):
         fc = fc_path_parameters(parameters)
+        copies = gconv_path_parameters(parameters) if tied else {}
         parameters = parameters.parameters()
-    elif scaling == LRScaling.FAN_IN_FC:
-        raise ValueError("--lr-scaling fan_in_fc needs the model (an nn.Module), not its tensors")
+    elif scaling == LRScaling.FAN_IN_FC or tied:
+        option = "--lr-scaling fan_in_fc" if scaling == LRScaling.FAN_IN_FC else "--gconv-lr"
+        raise ValueError(f"{option} needs the model (an nn.Module), not its tensors")
     else:
-        fc = set()
+        fc, copies = set(), {}
     scaled: dict[float, list[torch.Tensor]] = {}
     for parameter in parameters:
         scale = lr_scale(parameter, scaling, in_fc_path=id(parameter) in fc)
+        scale *= copies.get(id(parameter), 1)
         scaled.setdefault(scale, []).append(parameter)
     groups = [
         {"params": group, "lr": config.lr * scale, "lr_scale": scale}
@@ -200,6 +223,9 @@ OPTIMIZER_HELP: dict[str, str] = {
     f"than {FAN_IN_REFERENCE} inputs per output learns at lr * {FAN_IN_REFERENCE} / fan-in, "
     "so that every layer's outputs move about as fast), fan_in_fc (adam only: fan_in for the "
     "FC paths' tensors, every other tensor at --lr) or auto (fan_in with adam, none with sgd)",
+    "gconv_lr": "adam only: same (the GCONV paths' tensors at the rate of --lr-scaling) or "
+    "group_order (|G| times it: a GCONV weight serves every group copy, where a CONV weight "
+    "serves one; validated better on Table 3's five sets, benchmarks/results/recipe.md)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }
@@ -240,6 +266,7 @@ __all__ = [
     "evidence_due",
     "fan_in",
     "fc_path_parameters",
+    "gconv_path_parameters",
     "lr_scale",
     "make_optimizer",
 ]

@@ -142,3 +142,36 @@ def test_a_non_kronecker_hessian_needs_a_stock_backend():
     with pytest.raises(ConfigError, match="--hessian full needs a stock backend"):
         ScheduleConfig(hessian="full", backend="native")
     ScheduleConfig(hessian="full", backend="asdl")  # the stock backends give it
+
+
+@pytest.mark.parametrize("group, order", [("C4", 4), ("D4", 8)])
+def test_gconv_group_order_rate_speeds_the_gconv_tensors_by_the_group_order(tmp_path, group, order):
+    from ella.nn.paths import GConvPath
+    from ella.train.schedule import gconv_path_parameters
+
+    torch.manual_seed(0)
+    model = Trainer(tiny_config(group=group), tmp_path).model
+    gconv = gconv_path_parameters(model)
+    gconv_modules = [m for m in model.modules() if isinstance(m, GConvPath)]
+    assert gconv_modules and set(gconv) == {id(p) for m in gconv_modules for p in m.parameters()}
+    assert set(gconv.values()) == {order}
+    tied = make_optimizer(
+        model, OptimizerConfig(lr=1e-2, lr_scaling="fan_in", gconv_lr="group_order")
+    )
+    plain = make_optimizer(model, OptimizerConfig(lr=1e-2, lr_scaling="fan_in"))
+    scale_of = {id(p): g["lr_scale"] for g in tied.param_groups for p in g["params"]}
+    plain_of = {id(p): g["lr_scale"] for g in plain.param_groups for p in g["params"]}
+    assert len(scale_of) == len(list(model.parameters()))
+    for p in model.parameters():
+        assert scale_of[id(p)] == plain_of[id(p)] * (order if id(p) in gconv else 1)
+    # the schedule multiplies each group's factor in
+    for g in tied.param_groups:
+        assert g["lr"] == pytest.approx(1e-2 * g["lr_scale"])
+
+
+def test_gconv_group_order_rate_is_refused_with_sgd_and_without_the_model():
+    with pytest.raises(ConfigError, match="--gconv-lr group_order corrects Adam's step"):
+        OptimizerConfig(optimizer="sgd", gconv_lr="group_order")
+    with pytest.raises(ValueError, match="--gconv-lr needs the model"):
+        make_optimizer(nn.Linear(4, 2).parameters(), OptimizerConfig(gconv_lr="group_order"))
+    assert OptimizerConfig().gconv_lr == "same" and tiny_config().gconv_lr == "same"
