@@ -222,7 +222,8 @@ ANALYSIS = {
         "(the GCONV paths' tensors at |G| times Adam's rate) against without, on the validation "
         "split of each of the five sets (2000 training images, the last 1000 of the first 3000 "
         "held out, seed 0; recipe.md, 'The GCONV paths at |G| times Adam's rate'): more accurate "
-        "on all five (+0.5, +1.0, +4.3, +3.0, +2.1 points) with the lower NLL on all five.",
+        "on all five (+0.5, +1.0, +4.3, +3.0, +2.1 points) with the lower NLL on all five; "
+        "at seed 1 on four (+0.5, +1.0, +3.8, +7.0; rotated CIFAR-10 -0.7).",
         "analysis (written by hand from this file and the cpu profile's, 2026-11-26; not "
         "computed; the cpu profile's file was made on 2026-11-25, before issue 12's changes to "
         "the order of floating-point sums, which moved the notebook's accuracies by up to 1.6 "
