@@ -120,6 +120,8 @@ def train_row(labels: dict, config: TrainConfig) -> dict:
         "log_marglik": r["log_marglik_reported_state"],
         "log_marglik_history": r["log_marglik"],
         "shares": share_summary(r["effective_parameters"]),
+        # the paper's Table 3 measure (ella.marglik.relative_effective)
+        "relative_shares": share_summary([row["relative"] for row in r["effective_parameters"]]),
         "shares_history": r["shares_history"],
         "effective_parameters": r["effective_parameters"],
         "prior_precision": r["prior_precision"],

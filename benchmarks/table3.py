@@ -351,6 +351,35 @@ def dataset_name(row: str, source: str) -> str:
     return f"{row}_subset" if row.endswith("cifar10") and source == "subset" else row
 
 
+#: suffix of the claims read from the paper's own measure of the shares
+PAPER_MEASURE = " (the paper's measure: relative effective parameters)"
+
+
+def share_claims(get: dict, datasets: list[str], key: str, suffix: str) -> dict[str, bool]:
+    """The issue's claims on the learned shares, read from the rows' ``key``: ``"shares"``
+    (shares of the effective parameters) or ``"relative_shares"`` (the paper's Table 3
+    measure, :func:`ella.marglik.relative_effective`; absent from rows run before
+    2026-11-26, whose claims are then left out). ``suffix`` ends each claim's text."""
+    shares = {d: get[(d, "learned")].get(key) for d in datasets}
+    claims = {}
+    if shares.get("rotated_mnist"):
+        s = shares["rotated_mnist"]
+        claims[f"GCONV has the largest share on rotated MNIST{suffix}"] = s["gconv"] >= max(
+            s["fc"], s["conv"]
+        )
+        if shares.get("mnist"):
+            claims[f"the GCONV share on rotated MNIST exceeds that on MNIST{suffix}"] = (
+                s["gconv"] > shares["mnist"]["gconv"]
+            )
+    for d in ("translated_mnist", "rotated_mnist"):
+        if shares.get(d):
+            s = shares[d]
+            claims[f"FC has the smallest share on {d}{suffix}"] = s["fc"] <= min(
+                s["conv"], s["gconv"]
+            )
+    return claims
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(parser, PROFILES)
@@ -393,20 +422,8 @@ def main(argv=None) -> dict:
         claims[f"learned <= MAP in test NLL on {d}"] = (
             get[(d, "learned")]["test_nll"] <= get[(d, "map")]["test_nll"]
         )
-    if "rotated_mnist" in args.datasets:
-        s = get[("rotated_mnist", "learned")]["shares"]
-        claims["GCONV has the largest share on rotated MNIST"] = s["gconv"] >= max(
-            s["fc"], s["conv"]
-        )
-    if {"mnist", "rotated_mnist"} <= set(args.datasets):
-        claims["the GCONV share on rotated MNIST exceeds that on MNIST"] = (
-            get[("rotated_mnist", "learned")]["shares"]["gconv"]
-            > get[("mnist", "learned")]["shares"]["gconv"]
-        )
-    for d in ("translated_mnist", "rotated_mnist"):
-        if d in args.datasets:
-            s = get[(d, "learned")]["shares"]
-            claims[f"FC has the smallest share on {d}"] = s["fc"] <= min(s["conv"], s["gconv"])
+    claims.update(share_claims(get, args.datasets, "shares", ""))
+    claims.update(share_claims(get, args.datasets, "relative_shares", PAPER_MEASURE))
     payload["claims"] = claims
     payload["notes"] = [
         schedule_note({**PROFILES[args.profile], **payload["settings"]}),
@@ -426,14 +443,25 @@ def main(argv=None) -> dict:
         "",
         "| data set | MAP acc (ours / paper) | learned acc (ours / paper) | MAP NLL | learned NLL "
         "| log marglik MAP / learned | learned shares FC/CONV/GCONV (ours) [min-max] "
-        "| paper |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| relative, the paper's measure: MAP; learned [min-max] (ours) | paper |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
+
+    def triple(shares: dict | None, ranges: bool = False) -> str:
+        if not shares:  # rows run before the measure existed
+            return "-"
+        text = "/".join(f"{shares[p]:.0f}" for p in ("fc", "conv", "gconv"))
+        if ranges:
+            text += " " + " ".join(
+                f"[{shares[p + '_min']:.0f}-{shares[p + '_max']:.0f}]"
+                for p in ("fc", "conv", "gconv")
+            )
+        return text
+
     for d in args.datasets:
         m, lrn = get[(d, "map")], get[(d, "learned")]
-        s = lrn["shares"]
-        ranges = " ".join(
-            f"[{s[p + '_min']:.0f}-{s[p + '_max']:.0f}]" for p in ("fc", "conv", "gconv")
+        relative = f"{triple(m.get('relative_shares'))}; " + triple(
+            lrn.get("relative_shares"), ranges=True
         )
         paper = "/".join(str(v) for v in PAPER[d][2])
         lines.append(
@@ -441,7 +469,7 @@ def main(argv=None) -> dict:
             f"| {100 * lrn['test_accuracy']:.2f} / {PAPER[d][1]:.2f} "
             f"| {m['test_nll']:.3f} | {lrn['test_nll']:.3f} "
             f"| {m['log_marglik']:.0f} / {lrn['log_marglik']:.0f} "
-            f"| {s['fc']:.0f}/{s['conv']:.0f}/{s['gconv']:.0f} {ranges} | {paper} |"
+            f"| {triple(lrn['shares'], ranges=True)} | {relative} | {paper} |"
         )
     lines += claims_markdown(claims, payload["notes"])
     write(args, "table3", payload, "\n".join(lines))

@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from ella.io import atomic_write
-from ella.marglik import LaplaceEvidence, PriorStructure, aggregate, effective_parameters
+from ella.marglik import (
+    LaplaceEvidence,
+    PriorStructure,
+    aggregate,
+    effective_parameters,
+    relative_effective,
+)
 from ella.nn import PATH_NAMES
 
 
@@ -23,7 +29,9 @@ def effective_parameter_report(
         group_precision: prior precision per group of ``evidence.prior`` (n_groups,).
 
     Returns:
-        ``{"layers": [...], "others": [...]}`` as :func:`ella.marglik.aggregate`.
+        ``{"layers": [...], "others": [...]}`` as :func:`ella.marglik.aggregate`; each
+        layer row also holds ``"relative"``, the paper's Table 3 measure per path
+        (:func:`ella.marglik.relative_effective`).
     """
     per_tensor = evidence.prior.expand(group_precision.detach()).tolist()
     effective = [
@@ -33,16 +41,24 @@ def effective_parameter_report(
     layer_path = PriorStructure(model, "layer_path")
     groups = [layer_path.names[i] for i in layer_path.index.tolist()]
     layers, others = aggregate(groups, effective, evidence.prior.numels, per_tensor)
+    relative = relative_effective(
+        evidence.prior.param_names, groups, effective, evidence.prior.numels
+    )
+    for row in layers:
+        row["relative"] = relative[row["layer"]]
     return {"layers": layers, "others": others}
 
 
 def share_summary(layers: list[dict]) -> dict[str, float]:
-    """Mean share per path over the relaxed layers and its min-max range (the ELLA
-    paper's Table 3 columns): ``{"fc": mean, "fc_min": ..., "fc_max": ..., "conv": ...}``
-    in percent; empty for a network without relaxed layers.
+    """Mean share per path over the relaxed layers and its min-max range, as the ELLA
+    paper's Table 3 aggregates them: ``{"fc": mean, "fc_min": ..., "fc_max": ...,
+    "conv": ...}`` in percent; empty for a network without relaxed layers.
 
     Args:
-        layers: the ``"layers"`` rows of :func:`effective_parameter_report`.
+        layers: per layer ``{"fc": %, "conv": %, "gconv": %}``: the ``"layers"`` rows of
+            :func:`effective_parameter_report` (shares of the effective parameters), or
+            their ``"relative"`` entries (the paper's own measure,
+            :func:`ella.marglik.relative_effective`).
     """
     out: dict[str, float] = {}
     for p in PATH_NAMES if layers else ():
@@ -88,6 +104,13 @@ def shares_history_line(history: list[dict], points: int = 5) -> str:
     return f"shares by evidence round (FC/CONV/GCONV %): {steps}"
 
 
+def _ranges(summary: dict[str, float]) -> str:
+    """``range fc 0-3, conv 20-30, gconv 70-78`` from a :func:`share_summary`."""
+    return "range " + ", ".join(
+        f"{p} {summary[p + '_min']:.0f}-{summary[p + '_max']:.0f}" for p in PATH_NAMES
+    )
+
+
 def format_table(results: dict) -> str:
     """The per-layer FC / CONV / GCONV table (the ELLA paper's Table 3 columns)."""
     rows = results["effective_parameters"]
@@ -110,9 +133,13 @@ def format_table(results: dict) -> str:
         s = share_summary(rows)
         lines.append("-" * len(head))
         lines.append(
-            f"{'mean':<9}{s['fc']:>7.1f}{s['conv']:>8.1f}{s['gconv']:>9.1f}   "
-            + "range "
-            + ", ".join(f"{p} {s[p + '_min']:.0f}-{s[p + '_max']:.0f}" for p in PATH_NAMES)
+            f"{'mean':<9}{s['fc']:>7.1f}{s['conv']:>8.1f}{s['gconv']:>9.1f}   " + _ranges(s)
+        )
+    if rows and all("relative" in r for r in rows):  # results before 2026-11-26 lack it
+        rel = share_summary([r["relative"] for r in rows])
+        lines.append(
+            "relative effective parameters (the paper's Table 3 measure: per parameter of "
+            f"each path), mean FC/CONV/GCONV %: {triple(rel, '.0f')}, {_ranges(rel)}"
         )
     if results.get("eta"):
         extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())

@@ -1,6 +1,6 @@
 """Marginal likelihood of layer-wise priors: prior structures, Laplace evidence, reports."""
 
-from ella.marglik.effective import aggregate, effective_parameters
+from ella.marglik.effective import aggregate, effective_parameters, relative_effective
 from ella.marglik.evidence import (
     Backend,
     HessianStructure,
@@ -22,4 +22,5 @@ __all__ = [
     "aggregate",
     "check_supported",
     "effective_parameters",
+    "relative_effective",
 ]

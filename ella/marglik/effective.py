@@ -85,3 +85,54 @@ def aggregate(
     for row in others.values():
         row["prior_variance"] = row.pop("_var") / row["parameters"]
     return list(rows.values()), list(others.values())
+
+
+def relative_effective(
+    names: list[str], groups: list[str], effective: list[float], sizes: list[int]
+) -> dict[str, dict[str, float]]:
+    """The ELLA paper's Table 3 measure, "relative effective number of parameters", per
+    relaxed layer: how determined each path's weights are for their number, in percent.
+
+    For every path, its weight tensors (biases left out) are split into stages, the
+    tensors that differ only in a channel index (an FC path's ``pixel_maps.*`` and its
+    ``channel_maps.*``; a CONV or GCONV path has one stage); a stage's ratio is its
+    effective parameters over its parameters, the path's value is the mean over its
+    stages, and the paths' values are normalised to sum to 100 in each layer. This is how
+    the authors' analysis notebook computes the table (``tychovdo/ella``, notebook
+    "[analysis] relative importance of layers", ``print_table2``: ``norm_effect_dim`` =
+    effective dimension / ``numel`` of ``lin_U``, ``lin_V``, ``conv`` and ``gconv``
+    weights, FC the mean of ``lin_U`` and ``lin_V``), not in the paper's text. Where
+    :func:`aggregate`'s share counts effective parameters, this one is per parameter: a
+    small path whose few weights the data determine (GCONV has ``1/|G|`` of CONV's
+    weights) scores high even when its share of the effective parameters is small.
+
+    Args:
+        names: parameter name of each tensor (``layer2.paths.fc.pixel_maps.3.weight``).
+        groups: layer-path group name of each tensor (``layer2.fc``).
+        effective: effective number of parameters of each tensor.
+        sizes: number of parameters of each tensor.
+
+    Returns:
+        ``{layer: {"fc": %, "conv": %, "gconv": %}}`` for the relaxed layers (absent
+        paths 0; all 0 where no path has an effective parameter).
+    """
+    stages: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for name, group, eff, size in zip(names, groups, effective, sizes, strict=True):
+        layer, path = split_name(group)
+        if path is None or not name.endswith("weight"):
+            continue
+        stage = ".".join(part for part in name.split(".") if not part.isdigit())
+        totals = stages.setdefault(layer, {}).setdefault(path, {}).setdefault(stage, [0.0, 0])
+        totals[0] += eff
+        totals[1] += size
+    out: dict[str, dict[str, float]] = {}
+    for layer, paths in stages.items():
+        value = {
+            path: sum(eff / size for eff, size in by_stage.values()) / len(by_stage)
+            for path, by_stage in paths.items()
+        }
+        total = sum(value.values())
+        out[layer] = {
+            p: 100.0 * value.get(p, 0.0) / total if total > 0 else 0.0 for p in PATH_NAMES
+        }
+    return out

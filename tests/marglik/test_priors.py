@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from ella.marglik import PriorStructure
-from ella.marglik.effective import aggregate, split_name
+from ella.marglik.effective import aggregate, relative_effective, split_name
 from ella.models import mixer
 from ella.nn import RelaxedLayer
 
@@ -92,3 +92,36 @@ def test_aggregate_shares_sum_to_100():
     assert others == [
         {"module": "head.0", "effective": 5.0, "parameters": 10, "prior_variance": 0.85}
     ]
+
+
+def test_relative_effective_is_per_parameter_of_each_stage_normalised_over_paths():
+    """The paper's Table 3 measure, by hand: FC = mean of its stages' effective /
+    parameters (pixel maps 5/20, channel maps 1/20: 0.15), CONV 3/10, GCONV 5.5/10;
+    biases and modules outside the relaxed layers are left out."""
+    names = [
+        "layer1.paths.fc.pixel_maps.0.weight",
+        "layer1.paths.fc.pixel_maps.1.weight",
+        "layer1.paths.fc.channel_maps.0.weight",
+        "layer1.paths.fc.channel_maps.0.bias",
+        "layer1.paths.conv.conv.weight",
+        "layer1.paths.conv.conv.bias",
+        "layer1.paths.gconv.conv.weight",
+        "layer2.paths.conv.conv.weight",
+        "head.0.weight",
+    ]
+    groups = ["layer1.fc"] * 4 + ["layer1.conv"] * 2 + ["layer1.gconv", "layer2.conv", "head.0"]
+    eff = [2.0, 3.0, 1.0, 7.0, 3.0, 2.0, 5.5, 0.0, 4.0]
+    sizes = [10, 10, 20, 7, 10, 2, 10, 5, 8]
+    relative = relative_effective(names, groups, eff, sizes)
+    assert set(relative) == {"layer1", "layer2"}
+    assert (relative["layer1"]["fc"], relative["layer1"]["conv"], relative["layer1"]["gconv"]) == (
+        pytest.approx(15),
+        pytest.approx(30),
+        pytest.approx(55),
+    )
+    # a layer whose paths have no effective parameter: zeros, not a division by zero
+    assert relative["layer2"] == {"fc": 0.0, "conv": 0.0, "gconv": 0.0}
+    # against the share of the effective parameters (aggregate): the small, well
+    # determined GCONV path weighs more per parameter than in the count
+    layers, _ = aggregate(groups, eff, sizes, [1.0] * len(eff))
+    assert layers[0]["gconv"] == pytest.approx(100 * 5.5 / 23.5)

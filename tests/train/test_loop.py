@@ -94,6 +94,9 @@ def test_learned_run_writes_the_contract(tmp_path):
         assert sum(row[p] for p in ("fc", "conv", "gconv")) == pytest.approx(100)
         for p in ("fc", "conv", "gconv"):
             assert 0 <= row["effective"][p] <= row["parameters"][p]
+        # the paper's measure (per parameter of each path) sums to 100 as well
+        assert sum(row["relative"].values()) == pytest.approx(100)
+    assert "relative effective parameters (the paper's Table 3 measure" in results["table"]
     assert (tmp_path / "effective_parameters.png").stat().st_size > 1000
     assert (tmp_path / "checkpoint.pt").is_file()
     assert results["table"].startswith("layer")
