@@ -35,6 +35,9 @@ ADAM_ROUNDS = dict(prior_update="adam", prior_step=1.0, marglik_frequency=3)
 #: every path at its random start (ella train's initialisation before the FC path started
 #: at zero, 2026-11-25), pinned by the profiles whose results were made with it
 RANDOM_START = dict(zero_init=())
+#: the GCONV paths at every other tensor's rate (ella train's default before --gconv-lr
+#: auto, 2026-11-26), pinned by the profiles whose results were made with it
+SAME_GCONV_RATE = dict(gconv_lr="same")
 #: the reference's schedule on the full data (for a GPU)
 PAPER_SCHEDULE = dict(
     train_size=None, test_size=None, epochs=200, n_epochs_burnin=10, marglik_frequency=5,

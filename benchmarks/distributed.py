@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._common import environment, write_results
-from benchmarks._runner import ADAM_ROUNDS, RANDOM_START
+from benchmarks._runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +61,9 @@ def worker(out: str, device: str) -> None:
 
     world = distributed.start()
     config = TrainConfig(
-        progress=False, test_size=100, device=device, ggn="exact", **ADAM_ROUNDS, **RANDOM_START
-    )
+        progress=False, test_size=100, device=device, ggn="exact",
+        **ADAM_ROUNDS, **RANDOM_START, **SAME_GCONV_RATE,
+    )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(config, Path(tmp) / "run")
         trainer.train_epoch()  # warm-up (allocator, kernels)

@@ -29,6 +29,7 @@ import torch
 
 from benchmarks._runner import (
     RANDOM_START,
+    SAME_GCONV_RATE,
     SMOKE,
     claims_markdown,
     common_arguments,
@@ -51,7 +52,8 @@ PRIORS = {
 PROFILES = {
     "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=None, epochs=10, n_epochs_burnin=4,
-                marglik_frequency=3, n_hypersteps=20, width=2, **RANDOM_START),
+                marglik_frequency=3, n_hypersteps=20, width=2, **RANDOM_START,
+                **SAME_GCONV_RATE),
 }  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from benchmarks._runner import (
     ADAM_ROUNDS,
     PAPER_SCHEDULE,
     RANDOM_START,
+    SAME_GCONV_RATE,
     SMOKE,
     claims_markdown,
     common_arguments,
@@ -310,32 +311,38 @@ ANALYSIS = {
 #: ella train's recipe (chosen on an MNIST validation split, benchmarks/results/recipe.md:
 #: 20 epochs, shifts of up to 2 px, max downsampling, evidence rounds at epochs 6-18 on
 #: 1000 images with the MC GGN), the same for every data set, on 1000 images of each
-#: (the FC path starting at zero since 2026-11-25: recipe.md, "The FC path starts at zero")
+#: (the FC path starting at zero since 2026-11-25: recipe.md, "The FC path starts at zero";
+#: the GCONV paths at |G| times Adam's rate since 2026-11-26, --gconv-lr auto: recipe.md,
+#: "The GCONV paths at |G| times Adam's rate")
 CPU = dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto", zero_init=("fc",))
 PROFILES = {
     "smoke": SMOKE,
     "cpu": CPU,
     # the same with four times the epochs (evidence every second epoch from epoch 4: 39
     # rounds), chosen over 20 on the validation split of every set (recipe.md, "80 epochs on
-    # the validation split")
-    "cpu_80": {**CPU, "epochs": 80},
+    # the validation split"), made before --gconv-lr auto
+    "cpu_80": {**CPU, "epochs": 80, **SAME_GCONV_RATE},
     # cpu_80 under SGD at lr 0.02 (one rate for every tensor), which validated better than
     # Adam on all five sets at 80 epochs (recipe.md, "SGD at 80 epochs on the validation
     # split"); the profile the issue's claims are read from
     "cpu_80_sgd": {**CPU, "epochs": 80, "optimizer": "sgd", "lr": 0.02},
     # the cpu profile with the GCONV paths at |G| times Adam's rate, which validated better
-    # on all five sets (recipe.md, "The GCONV paths at |G| times Adam's rate")
+    # on all five sets (recipe.md, "The GCONV paths at |G| times Adam's rate"); ella train's
+    # default since (--gconv-lr auto), so the cpu profile's settings now, kept for its
+    # results directory
     "cpu_gconv_lr": {**CPU, "gconv_lr": "group_order"},
     # the same recipe on five times the images (a GPU: --device cuda), to see whether the
     # cpu profile's failures are its budget's
     "gpu": dict(
-        train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS, **RANDOM_START
+        train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS,
+        **RANDOM_START, **SAME_GCONV_RATE,
     ),
     # ella train's recipe on 5000 images of each set on 2 CPU cores (the CIFAR-10 subset
     # has 3805: all of them): does the gpu profile's rotation rise hold with the rate per
     # fan-in, within the issue's two hours per table?
     "cpu_5000": dict(
-        train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS, **RANDOM_START
+        train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS,
+        **RANDOM_START, **SAME_GCONV_RATE,
     ),
     "paper": {**PAPER_SCHEDULE, "width": 4},
 }  # fmt: skip

@@ -84,10 +84,13 @@ class GConvRate(Choice):
     3's five sets ``group_order`` was more accurate, with a lower NLL, on all five at
     seed 0 and on four at seed 1 (``benchmarks/results/recipe.md``, "The GCONV paths at
     |G| times Adam's rate").
+    ``auto``: ``group_order`` with Adam, ``same`` with SGD (``ella train``'s default
+    since 2026-11-26).
     """
 
     SAME = "same"
     GROUP_ORDER = "group_order"
+    AUTO = "auto"
 
 
 class ModelName(Choice):

@@ -11,6 +11,7 @@ from ella.choices import (
     Downsampling,
     FCMode,
     GConvMode,
+    GConvRate,
     Generator,
     GroupPooling,
     HeadInit,
@@ -100,6 +101,7 @@ class TrainConfig(ScheduleConfig):
         "prior_step": 1.0,
         "marglik_frequency": 3,
         "zero_init": [],
+        "gconv_lr": "same",
     }
 
     # data
@@ -147,6 +149,9 @@ class TrainConfig(ScheduleConfig):
     # validated better on MNIST, translated and rotated MNIST (recipe.md, "Adam's rate per
     # fan-in"): fan_in with Adam
     lr_scaling: LRScaling = LRScaling.AUTO
+    # validated better on Table 3's five sets (recipe.md, "The GCONV paths at |G| times
+    # Adam's rate"): group_order with Adam
+    gconv_lr: GConvRate = GConvRate.AUTO
     ggn: GGN = GGN.MC
     # priors that converge within the run (benchmarks/results/recipe.md, "A schedule under
     # which the priors converge"): every second epoch after the burn-in, each round half

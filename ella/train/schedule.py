@@ -61,6 +61,13 @@ class OptimizerConfig(Config):
                 "--gconv-lr same"
             )
 
+    def gconv_rate(self) -> GConvRate:
+        """The GCONV paths' rate in force: ``gconv_lr``, with ``auto`` resolved by the
+        optimiser (``group_order`` for Adam, ``same`` for SGD)."""
+        if self.gconv_lr == GConvRate.AUTO:
+            return GConvRate.GROUP_ORDER if self.optimizer == Optimizer.ADAM else GConvRate.SAME
+        return GConvRate.parse(self.gconv_lr, "gconv_lr")
+
     def weight_lr_scaling(self) -> LRScaling:
         """The rule in force: ``lr_scaling``, with ``auto`` resolved by the optimiser
         (``fan_in`` for Adam, ``none`` for SGD)."""
@@ -188,7 +195,7 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     1e-6; ``tests/test_distributed.py``), so it is not used.
     """
     scaling = config.weight_lr_scaling()
-    tied = config.gconv_lr == GConvRate.GROUP_ORDER
+    tied = config.gconv_rate() == GConvRate.GROUP_ORDER
     if isinstance(parameters, nn.Module):
         fc = fc_path_parameters(parameters)
         copies = gconv_path_parameters(parameters) if tied else {}
@@ -223,10 +230,10 @@ OPTIMIZER_HELP: dict[str, str] = {
     f"than {FAN_IN_REFERENCE} inputs per output learns at lr * {FAN_IN_REFERENCE} / fan-in, "
     "so that every layer's outputs move about as fast), fan_in_fc (adam only: fan_in for the "
     "FC paths' tensors, every other tensor at --lr) or auto (fan_in with adam, none with sgd)",
-    "gconv_lr": "adam only: same (the GCONV paths' tensors at the rate of --lr-scaling) or "
-    "group_order (|G| times it: a GCONV weight serves every group copy, where a CONV weight "
-    "serves one; validated better on all five of Table 3's sets at seed 0, four at seed 1: "
-    "benchmarks/results/recipe.md)",
+    "gconv_lr": "same (the GCONV paths' tensors at the rate of --lr-scaling), group_order "
+    "(adam only: |G| times it, since a GCONV weight serves every group copy where a CONV "
+    "weight serves one; validated better on all five of Table 3's sets at seed 0, four at "
+    "seed 1: benchmarks/results/recipe.md) or auto (group_order with adam, same with sgd)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }

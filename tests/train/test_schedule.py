@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from ella.errors import ConfigError
-from ella.train import Trainer
+from ella.train import TrainConfig, Trainer
 from ella.train.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
 from tests.train.test_loop import tiny_config
 
@@ -174,4 +174,15 @@ def test_gconv_group_order_rate_is_refused_with_sgd_and_without_the_model():
         OptimizerConfig(optimizer="sgd", gconv_lr="group_order")
     with pytest.raises(ValueError, match="--gconv-lr needs the model"):
         make_optimizer(nn.Linear(4, 2).parameters(), OptimizerConfig(gconv_lr="group_order"))
-    assert OptimizerConfig().gconv_lr == "same" and tiny_config().gconv_lr == "same"
+    assert OptimizerConfig().gconv_lr == "same"
+
+
+def test_gconv_rate_auto_is_group_order_with_adam_and_same_with_sgd():
+    """ella train's default: |G| times the rate for Adam, which validated better; SGD's
+    summed gradient already carries the sharing, so auto leaves its rate alone."""
+    assert tiny_config().gconv_lr == "auto"
+    assert tiny_config().gconv_rate() == "group_order"
+    assert tiny_config(optimizer="sgd").gconv_rate() == "same"
+    assert OptimizerConfig(gconv_lr="same").gconv_rate() == "same"
+    # a checkpoint written before the option existed ran the GCONV paths at the same rate
+    assert TrainConfig.ABSENT_MEANS["gconv_lr"] == "same"
