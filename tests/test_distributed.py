@@ -156,8 +156,12 @@ TRAIN = [
     # ~1e-7 difference grew to 1.7e-4 (max downsampling alone) and 6.2e-4 (shifts alone)
     # in one log precision after 2 epochs; the arithmetic of data parallelism is what
     # this test checks, so it runs without them; with Adam's rate per fan-in (ella
-    # train's default since 2026-11-24) the difference reached 1.4e-3 (one log precision)
+    # train's default since 2026-11-24) the difference reached 1.4e-3 (one log precision),
+    # and with the GCONV paths at |G| times Adam's rate (--gconv-lr auto, the default since
+    # 2026-11-26) 1.3e-2 after 3 epochs against 4.6e-7 without (one process with and
+    # without differs by up to 0.95, so both processes did take the larger steps)
     "--downsample", "polyphase", "--augment", "none", "--lr-scaling", "none",
+    "--gconv-lr", "same",
 ]  # fmt: skip
 
 
