@@ -160,7 +160,9 @@ def format_table(results: dict) -> str:
 
 
 def save_figure(results: dict, path: str | Path) -> Path:
-    """Stacked bars of the FC / CONV / GCONV shares per layer, written as PNG."""
+    """Stacked bars of the FC / CONV / GCONV shares per layer, written as PNG: the shares
+    of the effective parameters, and beside them the paper's per-parameter measure
+    (:func:`ella.marglik.relative_effective`) where the rows hold it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,16 +171,24 @@ def save_figure(results: dict, path: str | Path) -> Path:
     rows = results["effective_parameters"]
     names = [r["layer"] for r in rows]
     colors = {"fc": "#d95f02", "conv": "#7570b3", "gconv": "#1b9e77"}
-    fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(rows) + 2), 3.5))
-    bottom = [0.0] * len(rows)
-    for p in PATH_NAMES:
-        values = [r[p] for r in rows]
-        ax.bar(names, values, bottom=bottom, color=colors[p], label=p.upper())
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_ylabel("share of effective parameters [%]")
-    ax.set_ylim(0, 100)
-    ax.set_title("Learned symmetry per layer")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    panels = [("share of effective parameters [%]", rows)]
+    if rows and all("relative" in r for r in rows):  # results before 2026-11-26 lack it
+        panels.append(
+            ("relative, per parameter (paper's Table 3) [%]", [r["relative"] for r in rows])
+        )
+    width = max(4, 0.7 * len(rows) + 2)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.5), squeeze=False)
+    for ax, (label, values_of) in zip(axes[0], panels, strict=True):
+        bottom = [0.0] * len(rows)
+        for p in PATH_NAMES:
+            values = [v[p] for v in values_of]
+            ax.bar(names, values, bottom=bottom, color=colors[p], label=p.upper())
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.set_ylabel(label)
+        ax.set_ylim(0, 100)
+        ax.tick_params(axis="x", labelrotation=45)
+    axes[0][0].set_title("Learned symmetry per layer")
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
     plt.close(fig)
