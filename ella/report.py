@@ -112,7 +112,10 @@ def _ranges(summary: dict[str, float]) -> str:
 
 
 def format_table(results: dict) -> str:
-    """The per-layer FC / CONV / GCONV table (the ELLA paper's Table 3 columns)."""
+    """The per-layer FC / CONV / GCONV table: shares of the effective parameters per layer
+    and their mean, then the ELLA paper's Table 3 measure (per parameter of each path,
+    :func:`ella.marglik.relative_effective`), the priors' convergence and the shares by
+    evidence round."""
     rows = results["effective_parameters"]
     head = (
         f"{'layer':<9}{'FC %':>7}{'CONV %':>8}{'GCONV %':>9}   "
