@@ -179,7 +179,7 @@ ANALYSIS = {
         "re-run with the code of 2026-11-26 (30 min) to get the paper's measure of the shares, "
         "with --gconv-lr same pinned (the profile's settings of 2026-11-25); seed1/ was not "
         "re-run and keeps the rows of 2026-11-25. Issue 12's changes to the order of "
-        "floating-point sums moved the rows by up to 1.2 points in MAP and 0.6 in learned "
+        "floating-point sums moved the rows by up to 1.1 points in MAP and 1.2 in learned "
         "accuracy (the file before: commit afb6772): MAP 95.1/87.2/73.6/34.6/25.9%, learned "
         "94.7/92.0/73.9/28.7/25.9%. Learned >= MAP in accuracy on translated MNIST (+4.8), "
         "rotated MNIST (+0.3) and rotated CIFAR-10 (a tie), not on MNIST (-0.4) and CIFAR-10 "
