@@ -405,19 +405,25 @@ def prior_convergence(rounds: list[dict[str, float]], tolerance: float = 0.05) -
             that counts as converged (0.05: every precision within about 5%).
 
     Returns:
-        ``{"rounds", "last_change", "converged", "tolerance"}``; ``last_change`` is
-        ``max_g |log delta_g(last) - log delta_g(previous)|`` (None with fewer than two
-        rounds, which never counts as converged).
+        ``{"rounds", "last_change", "converged", "tolerance", "group", "rising"}``;
+        ``last_change`` is ``max_g |log delta_g(last) - log delta_g(previous)|``,
+        ``group`` the group it belongs to and ``rising`` whether that precision grew (a
+        path the evidence is switching off keeps rising); None with fewer than two
+        rounds, which never counts as converged.
     """
-    change = None
+    change = group = rising = None
     if len(rounds) >= 2:
         last, previous = rounds[-1], rounds[-2]
-        change = max(abs(math.log(last[g]) - math.log(previous[g])) for g in last)
+        steps = {g: math.log(last[g]) - math.log(previous[g]) for g in last}
+        group = max(steps, key=lambda g: abs(steps[g]))
+        change, rising = abs(steps[group]), steps[group] > 0
     return {
         "rounds": len(rounds),
         "last_change": change,
         "converged": change is not None and change < tolerance,
         "tolerance": tolerance,
+        "group": group,
+        "rising": rising,
     }
 
 

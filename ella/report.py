@@ -86,9 +86,13 @@ def convergence_line(convergence: dict) -> str:
     if change is None:
         return "priors: not converged (one evidence round; convergence needs two or more)"
     verdict = "converged" if convergence["converged"] else "not converged"
+    where = ""
+    if convergence.get("group"):  # recorded since 2026-11-26
+        where = f" in {convergence['group']}, {'rising' if convergence['rising'] else 'falling'}"
     return (
         f"priors: {verdict} after {rounds} evidence rounds (largest change of a log prior "
-        f"precision in the last round {change:.3g}, tolerance {convergence['tolerance']:.3g})"
+        f"precision in the last round {change:.3g}{where}, tolerance "
+        f"{convergence['tolerance']:.3g})"
     )
 
 

@@ -143,10 +143,27 @@ def test_prior_convergence_compares_the_last_two_rounds():
     result = prior_convergence(rounds)
     assert result["rounds"] == 3 and result["converged"]
     assert result["last_change"] == pytest.approx(math.log(2.1 / 2.0))
+    assert (result["group"], result["rising"]) == ("b", True)  # the group that moved most
     assert not prior_convergence(rounds[:2])["converged"]  # log 1.5 > 0.05
+    falling = prior_convergence([{"a": 1.0, "b": 2.0}, {"a": 0.5, "b": 2.1}])
+    assert (falling["group"], falling["rising"]) == ("a", False)
     assert prior_convergence(rounds[:1]) == {
         "rounds": 1, "last_change": None, "converged": False, "tolerance": 0.05,
+        "group": None, "rising": None,
     }  # fmt: skip
+
+
+def test_convergence_line_names_the_group_that_moved_most():
+    from ella.report import convergence_line
+
+    line = convergence_line(prior_convergence([{"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 8.0}]))
+    assert line == (
+        "priors: not converged after 2 evidence rounds (largest change of a log prior "
+        "precision in the last round 1.39 in b, rising, tolerance 0.05)"
+    )
+    # results written before the group was recorded still print
+    old = {"rounds": 2, "last_change": 0.01, "converged": True, "tolerance": 0.05}
+    assert convergence_line(old).endswith("in the last round 0.01, tolerance 0.05)")
 
 
 def test_a_subset_of_batches_is_the_scaled_estimator(float64):
