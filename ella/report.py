@@ -108,6 +108,14 @@ def shares_history_line(history: list[dict], points: int = 5) -> str:
     return f"shares by evidence round (FC/CONV/GCONV %): {steps}"
 
 
+def relative_rows(layers: list[dict]) -> list[dict] | None:
+    """The paper's measure of every layer row (``row["relative"]``), or None where the
+    rows lack it (results written before 2026-11-26) or there are no relaxed layers."""
+    if layers and all("relative" in row for row in layers):
+        return [row["relative"] for row in layers]
+    return None
+
+
 def _ranges(summary: dict[str, float]) -> str:
     """``range fc 0-3, conv 20-30, gconv 70-78`` from a :func:`share_summary`."""
     return "range " + ", ".join(
@@ -142,8 +150,9 @@ def format_table(results: dict) -> str:
         lines.append(
             f"{'mean':<9}{s['fc']:>7.1f}{s['conv']:>8.1f}{s['gconv']:>9.1f}   " + _ranges(s)
         )
-    if rows and all("relative" in r for r in rows):  # results before 2026-11-26 lack it
-        rel = share_summary([r["relative"] for r in rows])
+    relative = relative_rows(rows)
+    if relative:
+        rel = share_summary(relative)
         lines.append(
             "relative effective parameters (the paper's Table 3 measure: per parameter of "
             f"each path), mean FC/CONV/GCONV %: {triple(rel, '.0f')}, {_ranges(rel)}"
@@ -179,10 +188,9 @@ def save_figure(results: dict, path: str | Path) -> Path:
     names = [r["layer"] for r in rows]
     colors = {"fc": "#d95f02", "conv": "#7570b3", "gconv": "#1b9e77"}
     panels = [("share of effective parameters [%]", rows)]
-    if rows and all("relative" in r for r in rows):  # results before 2026-11-26 lack it
-        panels.append(
-            ("relative, per parameter (paper's Table 3) [%]", [r["relative"] for r in rows])
-        )
+    relative = relative_rows(rows)
+    if relative:
+        panels.append(("relative, per parameter (paper's Table 3) [%]", relative))
     width = max(4, 0.7 * len(rows) + 2)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.5), squeeze=False)
     for ax, (label, values_of) in zip(axes[0], panels, strict=True):
