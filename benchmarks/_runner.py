@@ -18,6 +18,7 @@ from benchmarks._common import RESULTS, environment
 from ella.io import atomic_write, save_json, save_text
 from ella.report import share_summary
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
+from ella.train.health import collapse_line
 
 #: the offline data directory of this project (``../shared/data``), used unless
 #: ``--data-dir`` or ``$ELLA_DATA`` says otherwise
@@ -129,6 +130,7 @@ def train_row(labels: dict, config: TrainConfig) -> dict:
         "effective_parameters": r["effective_parameters"],
         "prior_precision": r["prior_precision"],
         "prior_convergence": r["prior_convergence"],
+        "training_collapse": r["training_collapse"],
         "eta": r["eta"],
         "eta_history": r["eta_history"],
         "parameters": r["parameters"],
@@ -203,8 +205,13 @@ def schedule_note(settings: dict) -> str:
 
 
 def comparison_notes(rows: list[dict], group: str, base: str, other: str) -> list[str]:
-    """Facts per data set/task: under-trained models and differences below one point."""
-    notes = []
+    """Facts per data set/task: runs whose training collapsed (:mod:`ella.train.health`;
+    recorded since 2026-11-26), under-trained models and differences below one point."""
+    notes = [
+        f"{r[group]}, {r['model']}: {collapse_line(r['training_collapse'])}"
+        for r in rows
+        if r.get("training_collapse")
+    ]
     by = {}
     for r in rows:
         by.setdefault(r[group], {})[r["model"]] = r

@@ -16,6 +16,7 @@ from ella.marglik import (
     relative_effective,
 )
 from ella.nn import PATH_NAMES
+from ella.train.health import collapse_line
 
 
 def effective_parameter_report(
@@ -166,6 +167,8 @@ def format_table(results: dict) -> str:
     history = results.get("shares_history") or []
     if len(history) >= 2:
         lines.append(shares_history_line(history))
+    if results.get("training_collapse"):
+        lines.append(collapse_line(results["training_collapse"]))
     acc = results.get("test_accuracy")
     if acc is not None:
         lines.append(

@@ -54,6 +54,7 @@ from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
+from ella.train.health import training_collapse
 from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
 
 
@@ -527,6 +528,7 @@ class Trainer(EpochRun):
             ),
             "effective_parameters": report["layers"],
             "shares_history": shares_history(self.state.metrics),
+            "training_collapse": training_collapse(self.state.metrics),
             "effective_parameters_other": report["others"],
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "invariance": self.config.invariance,

@@ -184,3 +184,24 @@ def test_speed_runs_map_and_ella_in_turns(monkeypatch):
     assert [c.learn_priors for c in ran] == [False, True] * 3
     assert ran[1] is config and ran[0].to_dict() == {**config.to_dict(), "learn_priors": False}
     assert map_s == [1.0, 3.0, 5.0] and ella_s == [2.0, 4.0, 6.0]
+
+
+def test_comparison_notes_name_a_run_whose_training_collapsed():
+    from benchmarks._runner import comparison_notes
+
+    collapse = {
+        "best": 0.994, "best_epoch": 56, "lowest": 0.154, "lowest_epoch": 63,
+        "final": 0.474, "final_epoch": 80,
+    }  # fmt: skip
+    rows = [
+        {"dataset": "rotated_mnist", "model": "map", "test_accuracy": 0.774},
+        {"dataset": "rotated_mnist", "model": "learned", "test_accuracy": 0.446,
+         "training_collapse": collapse},
+        {"dataset": "mnist", "model": "map", "test_accuracy": 0.9, "training_collapse": None},
+    ]  # fmt: skip
+    notes = comparison_notes(rows, "dataset", "map", "learned")
+    assert notes[0].startswith(
+        "rotated_mnist, learned: training collapsed: train accuracy 99.4% at epoch 56, "
+        "15.4% at epoch 63, 47.4% at the end (epoch 80)."
+    )
+    assert sum("collapsed" in note for note in notes) == 1

@@ -105,6 +105,7 @@ def test_learned_run_writes_the_contract(tmp_path):
         row for row in map(json.loads, (tmp_path / "metrics.jsonl").open()) if "log_marglik" in row
     ]
     assert len(rounds) == 2 and all(row["prior_gap"] > 0 for row in rounds)
+    assert "training_collapse" in saved  # None unless the training accuracy fell by 20 points
     convergence = saved["prior_convergence"]
     assert convergence["rounds"] == 2 and convergence["last_change"] > 0
     assert "priors: " in results["table"] and "after 2 evidence rounds" in results["table"]
