@@ -93,18 +93,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ella.ensembles.cli import format_results
     from ella.report import format_table, save_eta_figure, save_figure
 
+    if args.symmetry_images < 1:
+        raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")
     run_dir = Path(args.run_dir)
     path = run_dir / RESULTS
     if not path.is_file():
         raise RunDirectoryError(f"no results.json in {run_dir}; is the run finished?")
     results = read_json(path, "run's results")
     if "members" in results and "method" in results:  # an ella ensemble run
-        if args.symmetry is not None:
-            raise ConfigError("--symmetry measures runs of ella train, not ensembles")
+        for option, asked in (
+            ("--symmetry", args.symmetry is not None),
+            ("--path-outputs", args.path_outputs),
+        ):
+            if asked:
+                raise ConfigError(f"{option} measures runs of ella train, not ensembles")
         print(format_results(results))
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
+    if args.path_outputs and not results["effective_parameters"]:
+        raise ConfigError(
+            "--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
+            f"model ({results.get('config', {}).get('model', '?')}) has none"
+        )
     try:
         table = format_table(results)
     except (KeyError, TypeError, ValueError) as err:
@@ -114,9 +125,30 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
     if results.get("eta_history"):
         print(f"figure: {save_eta_figure(results, Path(args.run_dir) / 'eta.png')}")
+    if args.path_outputs:
+        report_path_outputs(args)
     if args.symmetry is not None:
         return report_symmetry(args)
     return 0
+
+
+def report_path_outputs(args: argparse.Namespace) -> None:
+    """Each relaxed layer's share of output power per path, on a run's test images."""
+    from ella.io import save_json
+    from ella.metrics import format_path_outputs, path_output_shares
+    from ella.train.runs import load_run
+
+    run = load_run(args.run_dir, args.data_dir)
+    x = run.data.test.tensors[0][: args.symmetry_images]
+    rows = path_output_shares(run.net, x)
+    print(
+        f"\npath outputs: each path's share of its layer's output power, on {len(x)} "
+        f"{run.config.dataset} test images, {run.state} weights"
+    )
+    print(format_path_outputs(rows))
+    path = Path(args.run_dir) / "path_outputs.json"
+    save_json({"images": len(x), "state": run.state, "layers": rows}, path)
+    print(f"written: {path}")
 
 
 def report_symmetry(args: argparse.Namespace) -> int:
@@ -128,8 +160,6 @@ def report_symmetry(args: argparse.Namespace) -> int:
     from ella.metrics import measure_symmetry, plot_symmetry
     from ella.train.runs import load_run
 
-    if args.symmetry_images < 1:
-        raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")
     run = load_run(args.run_dir, args.data_dir)
     x = run.data.test.tensors[0][: args.symmetry_images]
     report = measure_symmetry(run.net, x, args.symmetry)
@@ -204,7 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(C4, D4, C8, ...) on the run's test images",
     )
     report.add_argument(
-        "--symmetry-images", type=int, default=500, help="test images for --symmetry (default 500)"
+        "--path-outputs",
+        action="store_true",
+        help="also measure each relaxed layer's share of output power per path (FC, CONV, "
+        "GCONV) on the run's test images; writes path_outputs.json",
+    )
+    report.add_argument(
+        "--symmetry-images",
+        type=int,
+        default=500,
+        help="test images for --symmetry and --path-outputs (default 500)",
     )
     report.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     report.set_defaults(func=cmd_report)

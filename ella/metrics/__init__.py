@@ -5,7 +5,9 @@
   Kvinge et al. (2022) -- invariance of outputs and features, channelwise
   equivariance of activations, distances, the normalised variant;
 * :mod:`ella.metrics.layers`: one call, :func:`measure_symmetry`, for a
-  per-layer table and plot of any model (forward hooks, removed afterwards).
+  per-layer table and plot of any model (forward hooks, removed afterwards);
+* :mod:`ella.metrics.paths`: how much of each relaxed layer's output each path
+  (FC, CONV, GCONV) carries, :func:`path_output_shares`.
 """
 
 from ella.metrics.geed import (
@@ -35,6 +37,7 @@ from ella.metrics.layers import (
     record_activations,
 )
 from ella.metrics.orbit import orbit_outputs, orbit_same_predictions, orbit_symmetric_kl
+from ella.metrics.paths import format_path_outputs, path_output_shares
 
 __all__ = [
     "DISTANCES",
@@ -50,6 +53,7 @@ __all__ = [
     "equivariance_reference",
     "euclidean_distance",
     "feature_invariance",
+    "format_path_outputs",
     "geed",
     "get_distance",
     "invariance_reference",
@@ -59,6 +63,7 @@ __all__ = [
     "orbit_same_predictions",
     "orbit_symmetric_kl",
     "output_invariance",
+    "path_output_shares",
     "plot_symmetry",
     "record_activations",
     "reverse_kl_divergence",

@@ -43,6 +43,25 @@ def test_report_symmetry_prints_the_per_layer_table(run_dir, capsys):
     assert (out / "symmetry_C4.png").is_file()
 
 
+def test_report_path_outputs_prints_and_saves_each_layers_shares(run_dir, capsys):
+    out, _ = run_dir
+    assert main(["report", str(out), "--path-outputs", "--symmetry-images", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "path outputs: each path's share of its layer's output power, on 8 " in text
+    saved = json.loads((out / "path_outputs.json").read_text())
+    assert saved["images"] == 8 and saved["state"] == "best_evidence"
+    assert [row["layer"] for row in saved["layers"]] == [f"layer{i}" for i in range(1, 9)]
+    for row in saved["layers"]:
+        assert row["fc"] + row["conv"] + row["gconv"] == pytest.approx(100)
+
+
+def test_report_path_outputs_refuses_a_model_without_relaxed_layers(tmp_path, capsys):
+    train(tiny_config(epochs=1, test_size=16, model="cnn", learn_priors=False), tmp_path)
+    assert main(["report", str(tmp_path), "--path-outputs"]) == 1
+    assert "has none" in capsys.readouterr().err
+    assert not (tmp_path / "path_outputs.json").exists()
+
+
 def test_report_symmetry_rejects_an_unknown_group(run_dir, capsys):
     out, _ = run_dir
     assert main(["report", str(out), "--symmetry", "SO3"]) == 1
