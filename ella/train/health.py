@@ -63,8 +63,9 @@ def collapse_line(collapse: dict) -> str:
         f"training collapsed: train accuracy {100 * collapse['best']:.1f}% at epoch "
         f"{collapse['best_epoch']}, {100 * collapse['lowest']:.1f}% at epoch "
         f"{collapse['lowest_epoch']}, {100 * collapse['final']:.1f}% at the end (epoch "
-        f"{collapse['final_epoch']}). With learned priors this is how a runaway of the "
-        "precisions shows (an instance-normalised path computes the same function at any "
-        "scale, so its precision and the shrinking of its weights feed each other): train "
-        "fewer --epochs or with --norm none. In a MAP run, try a smaller --lr"
+        f"{collapse['final_epoch']}). With learned priors, look for precisions that rise "
+        "round after round (prior_precision in metrics.jsonl): they pull the weights away "
+        "from a fit. With the zero-mean prior and instance normalisation a path's scale is "
+        "free, so its precision and its shrinking weights feed each other: train fewer "
+        "--epochs or with --norm none. In a MAP run, try a smaller --lr"
     )
