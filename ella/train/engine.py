@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from ella.distributed import ONE_PROCESS, World, peer_failures
 from ella.errors import ConfigError, InputDataError, TrainingDivergedError
 from ella.io import load_checkpoint, save_jsonl, save_torch
 from ella.rundir import CHECKPOINT, METRICS, begin_run, checkpoint_note
+from ella.train.health import new_collapse
 from ella.train.schedule import cosine_lr
 
 __all__ = [
@@ -209,10 +211,19 @@ class EpochRun(abc.ABC):
                 self.after_epoch(row)
                 self.state.metrics.append(row)
                 self.save()
+                self.note_collapse()
                 bar.set_postfix(self.postfix(row))
                 if on_epoch_end is not None:
                     on_epoch_end(self)
         return time.perf_counter() - start
+
+    def note_collapse(self) -> None:
+        """Say once, on stderr, when the training accuracy has just collapsed
+        (:func:`~ella.train.health.new_collapse`), so that a long run's user need not wait
+        for its report."""
+        news = new_collapse(self.state.metrics)
+        if news is not None and self.world.is_main:
+            tqdm.write(news, file=sys.stderr)
 
     def resume_note(self) -> str:
         """Where the last checkpoint is and how to go on from it."""

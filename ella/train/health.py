@@ -12,7 +12,7 @@ model's capacity.
 
 from __future__ import annotations
 
-__all__ = ["COLLAPSE_FALL", "collapse_line", "training_collapse"]
+__all__ = ["COLLAPSE_FALL", "collapse_line", "new_collapse", "training_collapse"]
 
 #: the fall of the training accuracy below its best so far that counts as a collapse
 COLLAPSE_FALL = 0.2
@@ -68,4 +68,21 @@ def collapse_line(collapse: dict) -> str:
         "from a fit. With the zero-mean prior and instance normalisation a path's scale is "
         "free, so its precision and its shrinking weights feed each other: train fewer "
         "--epochs or with --norm none. In a MAP run, try a smaller --lr"
+    )
+
+
+def new_collapse(metrics: list[dict], fall: float = COLLAPSE_FALL) -> str | None:
+    """The line to show as training goes on when the last epoch row is the first at which
+    the training accuracy has fallen by ``fall`` (:func:`training_collapse`), else None:
+    said once per run, and not again after a resume."""
+    if not metrics or training_collapse(metrics[:-1], fall) is not None:
+        return None
+    collapse = training_collapse(metrics, fall)
+    if collapse is None:
+        return None
+    return (
+        f"epoch {metrics[-1]['epoch']}: the training accuracy fell from "
+        f"{100 * collapse['best']:.1f}% (epoch {collapse['best_epoch']}) to "
+        f"{100 * collapse['lowest']:.1f}%; the run goes on, and its report will say how it "
+        "ended (ella.train.health)"
     )

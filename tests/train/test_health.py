@@ -51,3 +51,34 @@ def test_the_report_states_a_collapse_and_says_what_to_try():
     results = {"effective_parameters": [], "test_accuracy": 0.5, "training_collapse": collapse}
     assert line in format_table(results).splitlines()
     assert "collapsed" not in format_table({**results, "training_collapse": None})
+
+
+def test_a_collapse_is_said_once_at_the_epoch_it_happens():
+    from ella.train.health import new_collapse
+
+    history = rows(0.5, 0.9, 0.8, 0.65, 0.3, 0.2)
+    said = [new_collapse(history[:n]) for n in range(len(history) + 1)]
+    assert [n for n, line in enumerate(said) if line] == [4]  # 0.9 -> 0.65 at epoch 4
+    assert said[4] == (
+        "epoch 4: the training accuracy fell from 90.0% (epoch 2) to 65.0%; the run goes on, "
+        "and its report will say how it ended (ella.train.health)"
+    )
+
+
+def test_the_training_loop_says_it_on_stderr_as_it_happens(tmp_path, monkeypatch, capsys):
+    from ella.train import Trainer
+    from tests.train.test_loop import tiny_config
+
+    accuracies = iter([0.6, 0.95, 0.3, 0.25])
+    monkeypatch.setattr(  # scripted epochs: the loop around them is what is tested
+        Trainer,
+        "train_epoch",
+        lambda self: {"train_loss": 1.0, "train_accuracy": next(accuracies), "lr": 0.1},
+    )
+    results = Trainer(tiny_config(epochs=4, learn_priors=False), tmp_path).run()
+    err = capsys.readouterr().err
+    assert err.count("the training accuracy fell") == 1
+    assert "epoch 3: the training accuracy fell from 95.0% (epoch 2) to 30.0%" in err
+    assert results["training_collapse"]["lowest_epoch"] == 4
+    table = results["table"]
+    assert "training collapsed: train accuracy 95.0% at epoch 2, 25.0% at epoch 4" in table
