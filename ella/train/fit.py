@@ -34,6 +34,7 @@ from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.rundir import RESULTS
 from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
+from ella.train.health import training_collapse
 from ella.train.schedule import ScheduleConfig, evidence_due, make_optimizer
 
 __all__ = ["FitConfig", "FitResult", "fit"]
@@ -70,6 +71,9 @@ class FitResult:
         metrics: one dict per epoch (train loss, lr, test metrics, log evidence).
         shares_history: the mean FC/CONV/GCONV shares after each evidence round,
             ``[{"epoch": ..., "fc": ..., "conv": ..., "gconv": ...}]``.
+        training_collapse: the largest fall of the training accuracy below its best so
+            far when it reached 20 points, else None (classification only;
+            :func:`~ella.train.health.training_collapse`).
     """
 
     model: nn.Module
@@ -83,6 +87,7 @@ class FitResult:
     prior_convergence: dict = field(default_factory=dict)
     metrics: list[dict] = field(default_factory=list)
     shares_history: list[dict] = field(default_factory=list)
+    training_collapse: dict | None = None
 
     def as_dict(self) -> dict:
         """Plain JSON values (everything but the model and the learner)."""
@@ -96,6 +101,7 @@ class FitResult:
             "prior_convergence": self.prior_convergence,
             "metrics": self.metrics,
             "shares_history": self.shares_history,
+            "training_collapse": self.training_collapse,
         }
 
 
@@ -303,6 +309,7 @@ def fit(
         ),
         metrics=list(state.metrics),
         shares_history=shares_history(state.metrics),
+        training_collapse=training_collapse(state.metrics),
     )
     if out is not None and world.is_main:
         save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)

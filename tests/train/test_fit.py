@@ -15,6 +15,7 @@ from ella import FitConfig, PriorLearner
 from ella.errors import ConfigError
 from ella.train.engine import Stream, epoch_seed
 from ella.train.fit import evidence_due
+from ella.train.health import training_collapse
 from ella.train.schedule import cosine_lr
 from tests.user_models import user_model
 
@@ -48,6 +49,9 @@ def test_fit_learns_the_priors_of_a_users_model(tmp_path):
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["prior_variance"] == pytest.approx(result.prior_variance)
     assert saved["config"]["n_hypersteps"] == 5
+    # the collapse check reads the same rows (None unless a 20-point fall)
+    assert saved["training_collapse"] == training_collapse(result.metrics)
+    assert all("train_accuracy" in row for row in result.metrics)
 
 
 class SimulatedCrashError(Exception):
