@@ -68,7 +68,8 @@ class FitResult:
         log_marglik: log evidence after each evidence step, at ``log_marglik_epochs``.
         prior_convergence: whether the precisions had settled by the last round
             (:func:`~ella.learner.prior_convergence`).
-        metrics: one dict per epoch (train loss, lr, test metrics, log evidence).
+        metrics: one dict per epoch (train loss, for classification train accuracy, lr,
+            test metrics, log evidence).
         shares_history: the mean FC/CONV/GCONV shares after each evidence round,
             ``[{"epoch": ..., "fc": ..., "conv": ..., "gconv": ...}]``.
         training_collapse: the largest fall of the training accuracy below its best so
@@ -193,12 +194,15 @@ class _FitRun(EpochRun):
         # at most one example); else every process has len(y) of each batch
         resharded = getattr(self.train_loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
-        loss_sum, seen = 0.0, 0
+        loss_sum, correct, seen = 0.0, 0, 0
+        # the training accuracy, for classification with class indices as targets
+        counts = config.likelihood == "classification"
         for i, (x, y) in enumerate(self.train_loader):
             x, y = x.to(device), y.to(device)
             lr = self.set_lr(self.optimizer)
             n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
-            data = self.world.mean_share(data_loss(self.train_model(x), y, config), len(y), n_batch)
+            output = self.train_model(x)
+            data = self.world.mean_share(data_loss(output, y, config), len(y), n_batch)
             loss = data + self.priors.penalty()
             self.check_loss(loss, x)
             self.optimizer.zero_grad(set_to_none=True)
@@ -206,9 +210,15 @@ class _FitRun(EpochRun):
             self.optimizer.step()
             self.state.step += 1
             loss_sum += float(loss.detach()) * n_batch / size
+            counts = counts and y.ndim == output.ndim - 1  # not for soft labels
+            if counts:
+                correct += int((output.detach().argmax(-1) == y).sum())
             seen += len(y)
-        loss_sum, seen = self.world.sum_values(loss_sum, seen)
-        return {"train_loss": loss_sum / seen, "lr": lr}
+        loss_sum, correct, seen = self.world.sum_values(loss_sum, correct, seen)
+        row = {"train_loss": loss_sum / seen, "lr": lr}
+        if counts:
+            row["train_accuracy"] = correct / seen
+        return row
 
     def after_epoch(self, row: dict) -> None:
         epoch = self.state.epoch
