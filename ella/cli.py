@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from ella.models import mixer
 from ella.rundir import RESULTS, read_json
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
+
+if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
+    from ella.train.runs import TrainedRun
 
 PATH_SETS: dict[str, tuple[str, ...]] = {
     "FC": ("fc",),
@@ -125,21 +129,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
     if results.get("eta_history"):
         print(f"figure: {save_eta_figure(results, Path(args.run_dir) / 'eta.png')}")
-    if args.path_outputs:
-        report_path_outputs(args)
-    if args.symmetry is not None:
-        return report_symmetry(args)
+    if args.path_outputs or args.symmetry is not None:
+        from ella.train.runs import load_run
+
+        run = load_run(args.run_dir, args.data_dir)  # once for both measurements
+        x = run.data.test.tensors[0][: args.symmetry_images]
+        if args.path_outputs:
+            report_path_outputs(args, run, x)
+        if args.symmetry is not None:
+            report_symmetry(args, run, x)
     return 0
 
 
-def report_path_outputs(args: argparse.Namespace) -> None:
-    """Each relaxed layer's share of output power per path, on a run's test images."""
+def report_path_outputs(args: argparse.Namespace, run: TrainedRun, x: torch.Tensor) -> None:
+    """Each relaxed layer's share of output power per path, on a run's test images ``x``."""
     from ella.io import save_json
     from ella.metrics import format_path_outputs, path_output_shares
-    from ella.train.runs import load_run
 
-    run = load_run(args.run_dir, args.data_dir)
-    x = run.data.test.tensors[0][: args.symmetry_images]
     rows = path_output_shares(run.net, x)
     print(
         f"\npath outputs: each path's share of its layer's output power, on {len(x)} "
@@ -151,17 +157,14 @@ def report_path_outputs(args: argparse.Namespace) -> None:
     print(f"written: {path}")
 
 
-def report_symmetry(args: argparse.Namespace) -> int:
-    """Measure the G-EED per layer of a run's reported model on its test images."""
+def report_symmetry(args: argparse.Namespace, run: TrainedRun, x: torch.Tensor) -> None:
+    """Measure the G-EED per layer of a run's reported model on its test images ``x``."""
     import matplotlib
 
     matplotlib.use("Agg")
     from ella.io import save_json
     from ella.metrics import measure_symmetry, plot_symmetry
-    from ella.train.runs import load_run
 
-    run = load_run(args.run_dir, args.data_dir)
-    x = run.data.test.tensors[0][: args.symmetry_images]
     report = measure_symmetry(run.net, x, args.symmetry)
     wrapped = None
     if run.model is not run.net:  # outputs of the invariance-averaged classifier
@@ -175,7 +178,6 @@ def report_symmetry(args: argparse.Namespace) -> int:
     save_json(report.as_dict(), stem.with_suffix(".json"))
     plot_symmetry(report, stem.with_suffix(".png"))
     print(f"written: {stem}.json, {stem}.png")
-    return 0
 
 
 @reports_errors

@@ -71,9 +71,13 @@ def path_output_shares(model: nn.Module, x: torch.Tensor) -> list[dict]:
     return rows
 
 
+#: the table's columns: path and width
+WIDTHS = (("fc", 7), ("conv", 8), ("gconv", 9))
+
+
 def format_path_outputs(rows: list[dict]) -> str:
     """A table of :func:`path_output_shares`: one line per layer and the mean."""
-    head = f"{'layer':<9}{'FC %':>7}{'CONV %':>8}{'GCONV %':>9}"
+    head = f"{'layer':<9}" + "".join(f"{p.upper() + ' %':>{w}}" for p, w in WIDTHS)
     lines = [head, "-" * len(head)]
 
     def line(label: str, values: dict) -> str:
@@ -85,7 +89,3 @@ def format_path_outputs(rows: list[dict]) -> str:
     mean = {p: sum(r[p] for r in rows) / len(rows) for p in PATH_NAMES if all(p in r for r in rows)}
     lines += ["-" * len(head), line("mean", mean)]
     return "\n".join(lines)
-
-
-#: the table's columns: path and width
-WIDTHS = (("fc", 7), ("conv", 8), ("gconv", 9))
