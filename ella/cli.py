@@ -24,7 +24,7 @@ from ella.commandline import (
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.models import mixer
-from ella.rundir import RESULTS, read_json
+from ella.rundir import PATH_OUTPUTS, RESULTS, read_json
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
 
@@ -152,7 +152,7 @@ def report_path_outputs(args: argparse.Namespace, run: TrainedRun, x: torch.Tens
         f"{run.config.dataset} test images, {run.state} weights"
     )
     print(format_path_outputs(rows))
-    path = Path(args.run_dir) / "path_outputs.json"
+    path = Path(args.run_dir) / PATH_OUTPUTS
     save_json({"images": len(x), "state": run.state, "layers": rows}, path)
     print(f"written: {path}")
 

@@ -32,13 +32,17 @@ CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 RESULTS = "results.json"
-#: outputs a run writes besides config.json (removed by --overwrite); globs
-RUN_OUTPUTS = (CHECKPOINT, METRICS, RESULTS, "*.png", "symmetry_*.json")
+#: what ``ella report RUN --path-outputs`` writes into the run directory
+PATH_OUTPUTS = "path_outputs.json"
+#: outputs a run and ``ella report`` write besides config.json (removed by --overwrite);
+#: globs. A file not matched here counts as the user's, and --overwrite refuses the folder.
+RUN_OUTPUTS = (CHECKPOINT, METRICS, RESULTS, PATH_OUTPUTS, "*.png", "symmetry_*.json")
 
 __all__ = [
     "CHECKPOINT",
     "CONFIG",
     "METRICS",
+    "PATH_OUTPUTS",
     "RESULTS",
     "begin_run",
     "checkpoint_note",

@@ -5,6 +5,7 @@ import torch
 
 from ella.cli import main
 from ella.errors import RunDirectoryError
+from ella.rundir import foreign_entries, holds_run
 from ella.train import train
 from ella.train.loop import evaluate
 from ella.train.runs import load_run
@@ -41,6 +42,7 @@ def test_report_symmetry_prints_the_per_layer_table(run_dir, capsys):
     assert [row["layer"] for row in saved["layers"]][:2] == ["layer1", "layer2"]
     assert all(torch.isfinite(torch.tensor(row["geed"])) for row in saved["layers"])
     assert (out / "symmetry_C4.png").is_file()
+    assert holds_run(out) and not foreign_entries(out)
 
 
 def test_report_path_outputs_prints_and_saves_each_layers_shares(run_dir, capsys):
@@ -53,6 +55,8 @@ def test_report_path_outputs_prints_and_saves_each_layers_shares(run_dir, capsys
     assert [row["layer"] for row in saved["layers"]] == [f"layer{i}" for i in range(1, 9)]
     for row in saved["layers"]:
         assert row["fc"] + row["conv"] + row["gconv"] == pytest.approx(100)
+    # the report's file is the run's: --overwrite may still replace the run
+    assert holds_run(out) and not foreign_entries(out)
 
 
 def test_report_path_outputs_refuses_a_model_without_relaxed_layers(tmp_path, capsys):
