@@ -3,9 +3,10 @@
 The whole alternating job for any ``nn.Module`` made of ella's relaxed layers
 and/or ``nn.Linear``/``nn.Conv2d`` layers: MAP epochs with the prior term of a
 :class:`~ella.learner.PriorLearner`, evidence steps on the schedule of
-:class:`~ella.train.schedule.ScheduleConfig` (the same options and defaults
-as ``ella train``), test metrics per epoch, and optionally a run directory
-with a checkpoint after every epoch and exact resume.
+:class:`~ella.train.schedule.ScheduleConfig` (the options of ``ella train``, with
+defaults for a model ella knows nothing about: the reference's Adam rounds, one rate
+for every tensor, the exact GGN on the whole loader), test metrics per epoch, and
+optionally a run directory with a checkpoint after every epoch and exact resume.
 
 Resume is exact because everything random in an epoch is drawn from torch's
 global generator seeded with ``(seed, epoch)`` at the start of the epoch: a

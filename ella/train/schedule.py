@@ -2,8 +2,10 @@
 
 MAP steps on the weights with the prior term ``1/2 sum delta theta^2 / N``
 (cosine learning rate), and, after ``n_epochs_burnin`` epochs and every
-``marglik_frequency`` epochs, one evidence fit with ``n_hypersteps`` Adam
-steps on the log prior precisions (the ELLA reference's schedule).
+``marglik_frequency`` epochs, one evidence fit and an update of the log prior
+precisions: ``n_hypersteps`` Adam steps (``prior_update="adam"``, the ELLA reference's
+schedule and this class's default) or a step of ``prior_step`` towards the round's
+closed-form optimum (``"optimum"``; ``ella train`` goes half way by default).
 """
 
 from __future__ import annotations
