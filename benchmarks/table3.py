@@ -132,9 +132,9 @@ ANALYSIS = {
         "optimum at the weights training grew, and training gives CONV about as much on both "
         "sets: the priors follow the weights, and nothing in the alternating scheme moves the "
         "weights towards the corner the evidence prefers. Started at that corner (--zero-init fc "
-        "conv, seed 0), the evidence rises by 2700-11600 nats at the same accuracy, but training "
-        "grows CONV a little more on rotated MNIST and the GCONV share still falls there (38 "
-        "against 41% in the full mixer; recipe.md, 'Ablation: the CONV path starts at zero too').",
+        "conv, seeds 0 and 1), the evidence rises by 2700-15500 nats, but training grows CONV a "
+        "little more on rotated MNIST and the GCONV share still falls there (38 and 37 against "
+        "41 and 40% in the full mixer; recipe.md, 'Ablation: the CONV path starts at zero too').",
         "analysis of the rows before --gconv-lr auto (this file at commit 43136c9; written by "
         "hand from that file, table3_seed1/ and four extra runs, 2026-11-25, "
         "after ella train's FC path began at zero, --zero-init fc, which the profile names, chosen "
