@@ -18,15 +18,14 @@ import argparse
 from pathlib import Path
 
 from ella.errors import RunDirectoryError
+from ella.nn import PATH_NAMES
 from ella.rundir import RESULTS, read_json
-
-PATHS = ("fc", "conv", "gconv")
 
 
 def layer_rows(results: dict) -> list[dict]:
     """The per-layer rows of a learned run's results, refused where there are none."""
     rows = results.get("effective_parameters") or []
-    if not rows or any(set(PATHS) - set(r.get("parameters", {})) for r in rows):
+    if not rows or any(set(PATH_NAMES) - set(r.get("parameters", {})) for r in rows):
         raise RunDirectoryError(
             "this run has no per-layer FC, CONV and GCONV effective parameters: give runs of "
             "a learned FC+CONV+GCONV mixer (ella train without --no-learn-priors)"
@@ -47,7 +46,7 @@ def compare(first: dict, second: dict) -> list[dict]:
     out = []
     for ra, rb in zip(a, b, strict=True):
         row = {"layer": ra["layer"]}
-        for p in PATHS:
+        for p in PATH_NAMES:
             row[p] = (fraction(ra, p), fraction(rb, p))
         row["gconv_relative"] = (ra["relative"]["gconv"], rb["relative"]["gconv"])
         row["gconv_over_conv"] = tuple(
@@ -68,8 +67,8 @@ def format_comparison(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        moved = " | ".join(f"{r[p][0]:.2f} -> {r[p][1]:.2f}" for p in PATHS)
-        factors = " / ".join(f"x{r[p][1] / r[p][0]:.2f}" for p in PATHS)
+        moved = " | ".join(f"{r[p][0]:.2f} -> {r[p][1]:.2f}" for p in PATH_NAMES)
+        factors = " / ".join(f"x{r[p][1] / r[p][0]:.2f}" for p in PATH_NAMES)
         pairs = [
             f"{r[k][0]:.{d}f} -> {r[k][1]:.{d}f}"
             for k, d in (("gconv_relative", 1), ("gconv_over_conv", 2))
