@@ -1,0 +1,200 @@
+"""Dropping one path of a trained mixer: what the Laplace evidence predicts, and what happens.
+
+The evidence ranks single-path mixers that were each trained on their own (recipe.md,
+"The evidence ranks the single-path mixers ..."), but a mixture's per-path priors never
+move to the corner it prefers. This asks the mixture's own Laplace posterior instead,
+layer by layer: how much evidence would the model gain by dropping one path (its
+weights at the prior mean, zero), everything else as trained?
+
+For nested models with independent priors, the Savage-Dickey ratio gives that Bayes
+factor from the larger model's posterior alone (Dickey, Annals of Mathematical Statistics
+1971; Verdinelli & Wasserman, JASA 1995): ``log p(D | drop) - log p(D | keep)
+= log q(theta_p = mu_p | D) - log p(theta_p = mu_p)``. Under the Kronecker-factored
+Laplace posterior (block-diagonal over tensors; precision ``h G_t + delta_t I`` per
+tensor, ``d_t = theta_t - mu_t``) it is, summed over the path's tensors,
+
+    occam   = 1/2 sum_i log(1 + h lambda_i / delta_t)   (the Occam factor dropping saves)
+    fit     = -1/2 h d_t^T G_t d_t                        (second-order loss of the fit)
+    scatter = -1/2 delta_t ||d_t||^2                      (the prior's scatter term)
+    log BF  = occam + fit + scatter                       (> 0: the evidence drops the path)
+
+``fit`` is the linearised (GGN) estimate of the change of the training log likelihood.
+Next to it the table gives that change as measured: the log likelihood of the same
+images with the path's weights set to the prior mean, minus that of the trained model.
+Where the two disagree, the local Laplace view cannot judge a whole path.
+
+    python -m benchmarks.path_drop runs/mnist runs/rotated_mnist --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
+
+from ella.choices import GGN, HessianStructure, PriorMean
+from ella.errors import ConfigError, RunDirectoryError
+from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik.laplace_internals import hessian_scale
+from ella.nn import PATH_NAMES
+
+TERMS = ("occam", "fit", "scatter", "log_bayes_factor")
+
+
+def drop_terms(
+    evidence: LaplaceEvidence, log_prior_precision: torch.Tensor, groups: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """The Savage-Dickey log Bayes factor of setting each group's weights to the prior mean.
+
+    Args:
+        evidence: a :class:`~ella.marglik.LaplaceEvidence` fitted with the Kronecker
+            Hessian (block-diagonal over parameter tensors).
+        log_prior_precision: the log prior precision per group of ``evidence.prior``.
+        groups: the group each parameter tensor is dropped with, in the order of
+            ``evidence.prior.param_names`` (e.g. a relaxed layer's path).
+
+    Returns:
+        ``{group: {"occam", "fit", "scatter", "log_bayes_factor"}}`` in nats, in the order
+        the groups first appear; see the module docstring for the terms.
+    """
+    if evidence.structure is not HessianStructure.KRON:
+        raise ConfigError("the path-drop Bayes factor needs a Kronecker-factored evidence (kron)")
+    if len(groups) != evidence.prior.n_tensors:
+        raise ValueError(f"{len(groups)} groups for {evidence.prior.n_tensors} parameter tensors")
+    la = evidence.laplace
+    h = hessian_scale(la)
+    with torch.no_grad():
+        d = (la.mean - la.prior_mean).detach()
+        # laplace-torch's own Kron product, so its layout of the factors is the one used
+        g_d = la.H_facs.bmm(d)
+        delta = evidence.prior.expand(log_prior_precision.detach().exp()).tolist()
+        sizes = [int(n) for n in evidence.prior.numels]
+        parts = zip(
+            groups,
+            torch.split(d, sizes),
+            torch.split(g_d, sizes),
+            evidence.block_eigenvalues(),
+            delta,
+            strict=True,
+        )
+        out: dict[str, dict[str, float]] = {}
+        for group, d_t, g_d_t, lam, delta_t in parts:
+            row = out.setdefault(group, dict.fromkeys(TERMS, 0.0))
+            row["occam"] += 0.5 * float(torch.log1p(lam / delta_t).sum())
+            row["fit"] -= 0.5 * h * float(d_t @ g_d_t)
+            row["scatter"] -= 0.5 * delta_t * float(d_t @ d_t)
+    for row in out.values():
+        row["log_bayes_factor"] = row["occam"] + row["fit"] + row["scatter"]
+    return out
+
+
+@torch.no_grad()
+def log_likelihood(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> float:
+    """``sum_n log p(y_n | x_n)`` of a classifier, in evaluation mode."""
+    model.eval()
+    return -sum(
+        float(F.cross_entropy(model(xb), yb, reduction="sum"))
+        for xb, yb in zip(x.split(batch), y.split(batch), strict=True)
+    )
+
+
+@torch.no_grad()
+def dropped_fit_change(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    params: Sequence[nn.Parameter],
+    prior_means: Sequence[torch.Tensor | float] | None = None,
+) -> float:
+    """The change of the log likelihood of ``(x, y)`` when ``params`` are set to their prior
+    means (zero by default); the weights are restored afterwards, also on an error."""
+    before = log_likelihood(model, x, y)
+    saved = [p.detach().clone() for p in params]
+    means = prior_means if prior_means is not None else [0.0] * len(params)
+    try:
+        for p, mu in zip(params, means, strict=True):
+            p.copy_(torch.as_tensor(mu, dtype=p.dtype).expand_as(p))
+        return log_likelihood(model, x, y) - before
+    finally:
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+
+
+def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str) -> list[dict]:
+    """One row per relaxed layer and path of a learned run: :func:`drop_terms` at the run's
+    reported weights and last priors, the evidence fitted on its first ``images`` training
+    images (all by default; fewer are scaled to all, as subset evidence is) with the ``ggn``
+    GGN, and the fit change measured on the same images (scaled the same way)."""
+    from ella.io import load_torch
+    from ella.learner import PriorLearner
+    from ella.rundir import CHECKPOINT
+    from ella.train.runs import load_run
+
+    run = load_run(run_dir, data_dir)
+    if not run.config.learn_priors:
+        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
+    if run.config.prior_mean is not PriorMean.ZERO:
+        raise ConfigError("dropping a path sets it to zero; this run's prior is not centred there")
+    ckpt = load_torch(Path(run_dir) / CHECKPOINT)
+    x, y = run.data.train.tensors
+    n = len(x) if images is None else min(images, len(x))
+    config = dataclasses.replace(run.config, ggn=GGN.parse(ggn, "--ggn"))
+    learner = PriorLearner.from_config(run.net, len(x), config)
+    with torch.no_grad():
+        learner.log_prior.copy_(ckpt["log_prior"])
+    torch.manual_seed(0)  # the labels of an MC GGN
+    evidence = learner.fit(DataLoader(Subset(run.data.train, range(n)), batch_size=500))
+    names = evidence.prior.param_names
+    layer_path = PriorStructure(run.net, "layer_path")
+    groups = [layer_path.names[i] for i in layer_path.index.tolist()]
+    terms = drop_terms(evidence, learner.log_prior, groups)
+    params = dict(run.net.named_parameters())
+    paths = [g for g in terms if g.rpartition(".")[2] in PATH_NAMES]
+    rows = []
+    for group in tqdm(paths, desc="paths dropped", leave=False):
+        members = [params[name] for name, g in zip(names, groups, strict=True) if g == group]
+        # on n of the N images; scaled to N as the evidence's terms are
+        change = dropped_fit_change(run.model, x[:n], y[:n], members) * len(x) / n
+        layer, _, path = group.rpartition(".")
+        rows.append({"layer": layer, "path": path, **terms[group], "measured_fit": change})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A markdown table of :func:`analyse_run`'s rows."""
+    lines = [
+        "| layer | path | log BF (drop) | Occam | fit, second order | fit, measured | scatter |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        values = " | ".join(
+            f"{r[k]:.0f}" for k in ("log_bayes_factor", "occam", "fit", "measured_fit", "scatter")
+        )
+        lines.append(f"| {r['layer']} | {r['path']} | {values} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories of ella train (learned priors)")
+    parser.add_argument("--data-dir", default=None, help="where the runs' data files are")
+    parser.add_argument("--images", type=int, default=None, help="training images (default all)")
+    parser.add_argument("--ggn", default="exact", choices=[g.value for g in GGN])
+    args = parser.parse_args(argv)
+    out = {}
+    for run_dir in args.runs:
+        rows = analyse_run(run_dir, args.data_dir, args.images, args.ggn)
+        print(f"\n{run_dir}\n\n{format_rows(rows)}")
+        out[run_dir] = rows
+    return out
+
+
+if __name__ == "__main__":
+    main()
