@@ -14,14 +14,18 @@ Laplace posterior (block-diagonal over tensors; precision ``h G_t + delta_t I`` 
 tensor, ``d_t = theta_t - mu_t``) it is, summed over the path's tensors,
 
     occam   = 1/2 sum_i log(1 + h lambda_i / delta_t)   (the Occam factor dropping saves)
-    fit     = -1/2 h d_t^T G_t d_t                        (second-order loss of the fit)
-    scatter = -1/2 delta_t ||d_t||^2                      (the prior's scatter term)
-    log BF  = occam + fit + scatter                       (> 0: the evidence drops the path)
+    scatter = 1/2 delta_t ||d_t||^2                       (the prior's scatter dropping saves)
+    fit     = -1/2 h d_t^T G_t d_t - delta_t ||d_t||^2    (the change of the log likelihood)
+    log BF  = occam + scatter + fit                       (> 0: the evidence drops the path)
 
-``fit`` is the linearised (GGN) estimate of the change of the training log likelihood.
-Next to it the table gives that change as measured: the log likelihood of the same
-images with the path's weights set to the prior mean, minus that of the trained model.
-Where the two disagree, the local Laplace view cannot judge a whole path.
+``fit`` is the change of the training log likelihood that the Laplace approximation
+predicts at a MAP, where the likelihood's gradient balances the prior's pull (the first-order
+``-delta ||d||^2``) and the GGN gives the curvature. The table gives next to it that change
+as measured, the log likelihood of the same images with the path's weights set to the prior
+mean minus that of the trained model, and the log Bayes factor with the measured change in
+place of the predicted one (the Laplace evidence of the model without the path, at the
+trained weights of the rest, minus the mixture's). Where they disagree, the local Laplace
+view cannot judge a whole path.
 
     python -m benchmarks.path_drop runs/mnist runs/rotated_mnist --data-dir ../shared/data
 """
@@ -45,7 +49,7 @@ from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.laplace_internals import hessian_scale
 from ella.nn import PATH_NAMES
 
-TERMS = ("occam", "fit", "scatter", "log_bayes_factor")
+TERMS = ("occam", "scatter", "fit", "log_bayes_factor")
 
 
 def drop_terms(
@@ -61,7 +65,7 @@ def drop_terms(
             ``evidence.prior.param_names`` (e.g. a relaxed layer's path).
 
     Returns:
-        ``{group: {"occam", "fit", "scatter", "log_bayes_factor"}}`` in nats, in the order
+        ``{group: {"occam", "scatter", "fit", "log_bayes_factor"}}`` in nats, in the order
         the groups first appear; see the module docstring for the terms.
     """
     if evidence.structure is not HessianStructure.KRON:
@@ -87,11 +91,12 @@ def drop_terms(
         out: dict[str, dict[str, float]] = {}
         for group, d_t, g_d_t, lam, delta_t in parts:
             row = out.setdefault(group, dict.fromkeys(TERMS, 0.0))
+            squared = float(d_t @ d_t)
             row["occam"] += 0.5 * float(torch.log1p(lam / delta_t).sum())
-            row["fit"] -= 0.5 * h * float(d_t @ g_d_t)
-            row["scatter"] -= 0.5 * delta_t * float(d_t @ d_t)
+            row["scatter"] += 0.5 * delta_t * squared
+            row["fit"] -= 0.5 * h * float(d_t @ g_d_t) + delta_t * squared
     for row in out.values():
-        row["log_bayes_factor"] = row["occam"] + row["fit"] + row["scatter"]
+        row["log_bayes_factor"] = row["occam"] + row["scatter"] + row["fit"]
     return out
 
 
@@ -163,20 +168,22 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
         # on n of the N images; scaled to N as the evidence's terms are
         change = dropped_fit_change(run.model, x[:n], y[:n], members) * len(x) / n
         layer, _, path = group.rpartition(".")
-        rows.append({"layer": layer, "path": path, **terms[group], "measured_fit": change})
+        row = {"layer": layer, "path": path, **terms[group], "measured_fit": change}
+        row["log_bayes_factor_measured"] = row["occam"] + row["scatter"] + change
+        rows.append(row)
     return rows
 
 
 def format_rows(rows: list[dict]) -> str:
     """A markdown table of :func:`analyse_run`'s rows."""
     lines = [
-        "| layer | path | log BF (drop) | Occam | fit, second order | fit, measured | scatter |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| layer | path | log BF (drop) | Occam | scatter | fit, predicted | fit, measured "
+        "| log BF, measured fit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
+    keys = ("log_bayes_factor", "occam", "scatter", "fit", "measured_fit")
     for r in rows:
-        values = " | ".join(
-            f"{r[k]:.0f}" for k in ("log_bayes_factor", "occam", "fit", "measured_fit", "scatter")
-        )
+        values = " | ".join(f"{r[k]:.0f}" for k in (*keys, "log_bayes_factor_measured"))
         lines.append(f"| {r['layer']} | {r['path']} | {values} |")
     return "\n".join(lines)
 
