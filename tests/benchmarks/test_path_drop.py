@@ -76,6 +76,40 @@ def test_log_bayes_factor_is_the_exact_evidence_ratio_of_nested_regressions(floa
     assert laplace == pytest.approx(float(full), rel=1e-6)
 
 
+def test_kept_log_evidence_is_the_evidence_of_the_smaller_regression(float64):
+    """Block ``b`` at zero and block ``a`` at its posterior mean for the precision that
+    maximises the exact evidence of the regression on ``X_a`` alone: the evidence without
+    ``b``, each precision at its optimum, is that maximum."""
+    from scipy.optimize import minimize_scalar
+
+    X, y, sigma = orthogonal_regression()
+    d_a = 3
+    X_a = X[:, :d_a]
+    best = minimize_scalar(
+        lambda u: -float(blr_log_evidence(X_a, y, sigma, math.exp(u))),
+        bounds=(-8, 8),
+        method="bounded",
+        options={"xatol": 1e-10},
+    )
+    delta = math.exp(best.x)
+    model = TwoBlocks(d_a, X.shape[1] - d_a)
+    with torch.no_grad():
+        precision = X_a.T @ X_a / sigma**2 + delta * torch.eye(d_a)
+        model.a.weight.copy_(torch.linalg.solve(precision, X_a.T @ y[:, 0] / sigma**2)[None])
+        model.b.weight.zero_()
+    evidence = LaplaceEvidence(
+        model, PriorStructure(model, "tensor"), likelihood="regression", sigma_noise=sigma
+    )
+    evidence.fit(DataLoader(TensorDataset(X, y), batch_size=8))
+    kept = path_drop.kept_log_evidence(evidence, [False, True])
+    assert kept == pytest.approx(-best.fun, rel=1e-6)
+    # nothing dropped: the evidence at the optimal precisions, as LaplaceEvidence computes it
+    everything = evidence.log_marginal_likelihood(evidence.optimal_log_prior())
+    assert path_drop.kept_log_evidence(evidence, [False, False]) == pytest.approx(
+        float(everything), rel=1e-9
+    )
+
+
 def test_drop_terms_refuses_a_dense_hessian_and_wrong_groups(float64):
     X, y, sigma = orthogonal_regression()
     model = TwoBlocks(3, 4)
@@ -117,6 +151,12 @@ def test_analyse_run_gives_every_layer_and_path(tmp_path, capsys):
     ]
     assert all(math.isfinite(r[k]) for r in rows for k in (*path_drop.TERMS, "measured_fit"))
     assert "| layer1 | conv |" in capsys.readouterr().out
+    (retrained,) = path_drop.main(
+        [str(tmp_path / "learned"), "--retrain-epochs", "1", "--retrain-only"]
+    ).values()
+    assert [r["dropped"] for r in retrained] == ["none", "fc", "conv", "gconv"]
+    assert all(math.isfinite(r["log_evidence"]) for r in retrained)
+    assert "| gconv |" in capsys.readouterr().out
     train(tiny_config(epochs=1, learn_priors=False), tmp_path / "map")
     with pytest.raises(RunDirectoryError, match="MAP run"):
         path_drop.main([str(tmp_path / "map")])
