@@ -323,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
                     for drop in [None, *paths]
                     if len(paths) > 1 or drop is None
                 ]
-            print(f"\ntrained on {args.retrain_epochs} epochs:\n\n{format_retrained(retrained)}")
+            table = format_retrained(retrained)
+            print(f"\n{run_dir}, trained on {args.retrain_epochs} epochs:\n\n{table}")
             out[f"{run_dir} retrained"] = retrained
     return out
 

@@ -156,7 +156,8 @@ def test_analyse_run_gives_every_layer_and_path(tmp_path, capsys):
     ).values()
     assert [r["dropped"] for r in retrained] == ["none", "fc", "conv", "gconv"]
     assert all(math.isfinite(r["log_evidence"]) for r in retrained)
-    assert "| gconv |" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "| gconv |" in text and "learned, trained on 1 epochs" in text
     train(tiny_config(epochs=1, learn_priors=False), tmp_path / "map")
     with pytest.raises(RunDirectoryError, match="MAP run"):
         path_drop.main([str(tmp_path / "map")])
