@@ -31,7 +31,8 @@ With ``--retrain-epochs E`` it also drops each path from every relaxed layer at 
 trains the rest on for ``E`` epochs (the run's recipe, its last prior precisions, the
 dropped weights held at zero), trains the whole mixture on the same way as the control,
 and compares their Laplace evidence: each kept group's precision at its optimum
-(:meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`), the dropped tensors left out.
+(:func:`ella.pathdrop.kept_log_evidence`), the dropped tensors left out; ``ella report
+RUN --drop-paths`` does the same for a user's run.
 
     python -m benchmarks.path_drop runs/mnist runs/rotated_mnist --data-dir ../shared/data
     python -m benchmarks.path_drop RUN --data-dir ../shared/data --retrain-epochs 5
@@ -41,9 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -51,11 +50,12 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
-from ella.choices import GGN, HessianStructure, PriorMean
-from ella.errors import ConfigError, RunDirectoryError
+from ella.choices import GGN, HessianStructure
+from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.laplace_internals import hessian_scale
 from ella.nn import PATH_NAMES
+from ella.pathdrop import relaxed_paths, train_on_without
 
 TERMS = ("occam", "scatter", "fit", "log_bayes_factor")
 
@@ -140,27 +140,13 @@ def dropped_fit_change(
             p.copy_(s)
 
 
-def load_learned_run(run_dir: str, data_dir: str | None):
-    """A run with learned priors centred at zero (:func:`ella.train.runs.load_run`) and its
-    last log prior precisions; other runs are refused."""
-    from ella.io import load_torch
-    from ella.rundir import CHECKPOINT
-    from ella.train.runs import load_run
-
-    run = load_run(run_dir, data_dir)
-    if not run.config.learn_priors:
-        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
-    if run.config.prior_mean is not PriorMean.ZERO:
-        raise ConfigError("dropping a path sets it to zero; this run's prior is not centred there")
-    return run, load_torch(Path(run_dir) / CHECKPOINT)["log_prior"]
-
-
 def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str) -> list[dict]:
     """One row per relaxed layer and path of a learned run: :func:`drop_terms` at the run's
     reported weights and last priors, the evidence fitted on its first ``images`` training
     images (all by default; fewer are scaled to all, as subset evidence is) with the ``ggn``
     GGN, and the fit change measured on the same images (scaled the same way)."""
     from ella.learner import PriorLearner
+    from ella.pathdrop import load_learned_run
 
     run, log_prior = load_learned_run(run_dir, data_dir)
     x, y = run.data.train.tensors
@@ -189,77 +175,8 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
     return rows
 
 
-def kept_log_evidence(evidence: LaplaceEvidence, dropped: Sequence[bool]) -> float:
-    """The Laplace log evidence of the network without the ``dropped`` tensors (one flag per
-    tensor of ``evidence.prior``), at the fitted weights, each group's prior precision at
-    its optimum: ``log p(D | theta) - 1/2 sum_(t kept) [sum_i log(1 + h lambda_i / delta_t)
-    + delta_t ||theta_t - mu_t||^2]``."""
-    la = evidence.laplace
-    log_prior = evidence.optimal_log_prior()
-    delta = evidence.prior.expand(log_prior.exp()).tolist()
-    sizes = [int(n) for n in evidence.prior.numels]
-    with torch.no_grad():
-        d = (la.mean - la.prior_mean).detach()
-        total = float(evidence.terms(log_prior)["log_likelihood"])
-        parts = zip(
-            dropped, torch.split(d, sizes), evidence.block_eigenvalues(), delta, strict=True
-        )
-        for drop, d_t, lam, delta_t in parts:
-            if not drop:
-                occam = float(torch.log1p(lam / delta_t).sum())
-                total -= 0.5 * (occam + delta_t * float(d_t @ d_t))
-    return total
-
-
-def relaxed_paths(run_dir: str) -> list[str]:
-    """The paths of a run's relaxed layers, in ``PATH_NAMES`` order."""
-    from ella.rundir import CONFIG, read_json
-
-    paths = read_json(Path(run_dir) / CONFIG, "run's configuration").get("paths", [])
-    return [p for p in PATH_NAMES if p in paths]
-
-
-def retrain_without(
-    run_dir: str, data_dir: str | None, drop: str | None, epochs: int, out_dir: Path
-) -> dict:
-    """Train a learned run on for ``epochs`` with path ``drop`` (or none) held at zero in
-    every relaxed layer; return its test accuracy and :func:`kept_log_evidence` (exact GGN,
-    all training images)."""
-    from ella.learner import PriorLearner
-    from ella.train.loop import Trainer, evaluate
-
-    run, log_prior = load_learned_run(run_dir, data_dir)
-    config = dataclasses.replace(run.config, epochs=epochs, progress=False, data_dir=data_dir)
-    trainer = Trainer(config, out_dir)
-    trainer.net.load_state_dict(run.net.state_dict())
-    with torch.no_grad():
-        trainer.log_prior.copy_(log_prior)
-    layer_path = PriorStructure(trainer.net, "layer_path")
-    groups = [layer_path.names[i] for i in layer_path.index.tolist()]
-    params = [p for p in trainer.net.parameters() if p.requires_grad]
-    dropped = [drop is not None and g.rpartition(".")[2] == drop for g in groups]
-    for p, flag in zip(params, dropped, strict=True):
-        if flag:
-            with torch.no_grad():
-                p.zero_()
-            p.register_hook(torch.zeros_like)  # Adam then leaves it at zero
-    for epoch in tqdm(range(1, epochs + 1), desc=f"without {drop}", leave=False):
-        trainer.state.epoch = epoch
-        trainer.train_epoch()
-    if any(bool(p.any()) for p, flag in zip(params, dropped, strict=True) if flag):
-        raise RuntimeError("a dropped path's weights left zero during training")
-    exact = dataclasses.replace(config, ggn=GGN.EXACT)
-    learner = PriorLearner.from_config(trainer.net, len(trainer.data.train), exact)
-    evidence = learner.fit(DataLoader(trainer.data.train, batch_size=500))
-    return {
-        "dropped": drop or "none",
-        "test_accuracy": evaluate(trainer.model, trainer.data.test)["accuracy"],
-        "log_evidence": kept_log_evidence(evidence, dropped),
-    }
-
-
 def format_retrained(rows: list[dict]) -> str:
-    """A markdown table of :func:`retrain_without`'s rows, the first being the control."""
+    """A markdown table of :func:`ella.pathdrop.train_on_without`'s rows, the control first."""
     lines = [
         "| dropped from every layer | test accuracy | log evidence | against the mixture |",
         "|---|---:|---:|---:|",
@@ -315,14 +232,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
             out[run_dir] = rows
         if args.retrain_epochs:
             paths = relaxed_paths(run_dir)
-            with tempfile.TemporaryDirectory() as scratch:
-                retrained = [
-                    retrain_without(
-                        run_dir, args.data_dir, drop, args.retrain_epochs, Path(scratch)
-                    )
-                    for drop in [None, *paths]
-                    if len(paths) > 1 or drop is None
-                ]
+            retrained = [
+                train_on_without(run_dir, drop, args.retrain_epochs, args.data_dir, progress=True)
+                for drop in [None, *paths]
+                if len(paths) > 1 or drop is None
+            ]
             table = format_retrained(retrained)
             print(f"\n{run_dir}, trained on {args.retrain_epochs} epochs:\n\n{table}")
             out[f"{run_dir} retrained"] = retrained

@@ -24,7 +24,7 @@ from ella.commandline import (
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.models import mixer
-from ella.rundir import PATH_OUTPUTS, RESULTS, read_json
+from ella.rundir import PATH_DROPS, PATH_OUTPUTS, RESULTS, read_json
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
 
@@ -108,6 +108,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         for option, asked in (
             ("--symmetry", args.symmetry is not None),
             ("--path-outputs", args.path_outputs),
+            ("--drop-paths", args.drop_paths),
         ):
             if asked:
                 raise ConfigError(f"{option} measures runs of ella train, not ensembles")
@@ -115,11 +116,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
-    if args.path_outputs and not results["effective_parameters"]:
-        raise ConfigError(
-            "--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
-            f"model ({results.get('config', {}).get('model', '?')}) has none"
-        )
+    for option, asked in (("--path-outputs", args.path_outputs), ("--drop-paths", args.drop_paths)):
+        if asked and not results["effective_parameters"]:
+            raise ConfigError(
+                f"{option} measures relaxed layers (FC/CONV/GCONV paths), and this run's "
+                f"model ({results.get('config', {}).get('model', '?')}) has none"
+            )
+    if args.drop_paths:  # refused before any measurement
+        from ella.pathdrop import check_droppable
+
+        check_droppable(run_dir, args.drop_epochs)
     try:
         table = format_table(results)
     except (KeyError, TypeError, ValueError) as err:
@@ -138,6 +144,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
+    if args.drop_paths:
+        from ella.pathdrop import drop_each_path, format_path_drops
+
+        result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
+        print(f"\n{format_path_drops(result)}")
+        print(f"written: {Path(args.run_dir) / PATH_DROPS}")
     return 0
 
 
@@ -240,6 +252,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also measure each relaxed layer's share of output power per path (FC, CONV, "
         "GCONV) on the run's test images; writes path_outputs.json",
+    )
+    report.add_argument(
+        "--drop-paths",
+        action="store_true",
+        help="also ask the evidence which paths the network needs: drop each path from every "
+        "relaxed layer, train the rest on for --drop-epochs, compare the Laplace evidence "
+        "with the whole network's trained on alike; writes path_drops.json (resumable)",
+    )
+    report.add_argument(
+        "--drop-epochs",
+        type=int,
+        default=20,
+        help="epochs of training on for --drop-paths (default 20)",
     )
     report.add_argument(
         "--symmetry-images",

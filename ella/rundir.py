@@ -34,14 +34,25 @@ METRICS = "metrics.jsonl"
 RESULTS = "results.json"
 #: what ``ella report RUN --path-outputs`` writes into the run directory
 PATH_OUTPUTS = "path_outputs.json"
+#: what ``ella report RUN --drop-paths`` writes into the run directory
+PATH_DROPS = "path_drops.json"
 #: outputs a run and ``ella report`` write besides config.json (removed by --overwrite);
 #: globs. A file not matched here counts as the user's, and --overwrite refuses the folder.
-RUN_OUTPUTS = (CHECKPOINT, METRICS, RESULTS, PATH_OUTPUTS, "*.png", "symmetry_*.json")
+RUN_OUTPUTS = (
+    CHECKPOINT,
+    METRICS,
+    RESULTS,
+    PATH_OUTPUTS,
+    PATH_DROPS,
+    "*.png",
+    "symmetry_*.json",
+)
 
 __all__ = [
     "CHECKPOINT",
     "CONFIG",
     "METRICS",
+    "PATH_DROPS",
     "PATH_OUTPUTS",
     "RESULTS",
     "begin_run",
