@@ -152,7 +152,7 @@ ANALYSIS = {
         "under the run's Laplace posterior), the evidence keeps CONV in more layers on rotated "
         "MNIST than on MNIST, as the shares do. There the quadratic underestimates the loss of "
         "an early path up to 58 times. The continuous per-path priors make no such choice; "
-        "ella train does not make the discrete one yet.",
+        "`ella report RUN --drop-paths` makes the discrete one for a finished run.",
         "analysis of the rows before --gconv-lr auto (this file at commit 43136c9; written by "
         "hand from that file, table3_seed1/ and four extra runs, 2026-11-25, "
         "after ella train's FC path began at zero, --zero-init fc, which the profile names, chosen "
