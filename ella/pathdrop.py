@@ -16,8 +16,9 @@ images, every kept group's precision at its optimum). A path whose removal raise
 evidence above the control's is one the data does not ask for. On 5000 images
 (benchmarks/results/recipe.md, "Dropping a path"), dropping CONV from a CONV+GCONV mixer
 and training 20 epochs raised the evidence by about 9000 nats on rotated MNIST and
-lowered it by about the same on MNIST, at two seeds; with the FC path as well, seed 0
-kept all three paths on both sets.
+lowered it by about the same on MNIST, at two seeds. With the FC path as well, the
+answer was not settled: seed 0 kept all three paths on both sets, seed 1 dropped CONV on
+both.
 
 ``ella report RUN --drop-paths`` runs it and writes ``path_drops.json`` into the run
 directory after every candidate, so an interrupted call resumes where it stopped.
