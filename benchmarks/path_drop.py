@@ -158,8 +158,7 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
     torch.manual_seed(0)  # the labels of an MC GGN
     evidence = learner.fit(DataLoader(Subset(run.data.train, range(n)), batch_size=500))
     names = evidence.prior.param_names
-    layer_path = PriorStructure(run.net, "layer_path")
-    groups = [layer_path.names[i] for i in layer_path.index.tolist()]
+    groups = PriorStructure(run.net, "layer_path").tensor_groups
     terms = drop_terms(evidence, learner.log_prior, groups)
     params = dict(run.net.named_parameters())
     paths = [g for g in terms if g.rpartition(".")[2] in PATH_NAMES]

@@ -153,8 +153,7 @@ def train_on_without(
     trainer.net.load_state_dict(run.net.state_dict())
     with torch.no_grad():
         trainer.log_prior.copy_(log_prior)
-    layer_path = PriorStructure(trainer.net, "layer_path")
-    groups = [layer_path.names[i] for i in layer_path.index.tolist()]
+    groups = PriorStructure(trainer.net, "layer_path").tensor_groups
     params = [p for p in trainer.net.parameters() if p.requires_grad]
     dropped = [drop is not None and g.rpartition(".")[2] == drop for g in groups]
     for p, flag in zip(params, dropped, strict=True):

@@ -39,8 +39,7 @@ def effective_parameter_report(
         effective_parameters(eigs, delta)
         for eigs, delta in zip(evidence.block_eigenvalues(), per_tensor, strict=True)
     ]
-    layer_path = PriorStructure(model, "layer_path")
-    groups = [layer_path.names[i] for i in layer_path.index.tolist()]
+    groups = PriorStructure(model, "layer_path").tensor_groups
     layers, others = aggregate(groups, effective, evidence.prior.numels, per_tensor)
     relative = relative_effective(
         evidence.prior.param_names, groups, effective, evidence.prior.numels

@@ -79,10 +79,15 @@ class PriorStructure:
     def n_tensors(self) -> int:
         return len(self.param_names)
 
+    @property
+    def tensor_groups(self) -> list[str]:
+        """The group name of each parameter tensor (n_tensors,)."""
+        return [self.names[i] for i in self.index.tolist()]
+
     def tensors_of(self, group: str) -> list[str]:
         """Names of the parameter tensors in ``group``."""
-        g = self.names.index(group)
-        return [n for n, i in zip(self.param_names, self.index.tolist(), strict=True) if i == g]
+        pairs = zip(self.param_names, self.tensor_groups, strict=True)
+        return [n for n, g in pairs if g == group]
 
     def expand(self, group_values: torch.Tensor) -> torch.Tensor:
         """Per-tensor values (n_tensors,) from per-group values (n_groups,); differentiable."""
