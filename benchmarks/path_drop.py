@@ -55,7 +55,7 @@ from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.laplace_internals import hessian_scale
 from ella.nn import PATH_NAMES
-from ella.pathdrop import relaxed_paths, train_on_without
+from ella.pathdrop import relaxed_paths, tensor_terms, train_on_without
 
 TERMS = ("occam", "scatter", "fit", "log_bayes_factor")
 
@@ -86,23 +86,21 @@ def drop_terms(
         d = (la.mean - la.prior_mean).detach()
         # laplace-torch's own Kron product, so its layout of the factors is the one used
         g_d = la.H_facs.bmm(d)
-        delta = evidence.prior.expand(log_prior_precision.detach().exp()).tolist()
         sizes = [int(n) for n in evidence.prior.numels]
         parts = zip(
             groups,
             torch.split(d, sizes),
             torch.split(g_d, sizes),
-            evidence.block_eigenvalues(),
-            delta,
+            tensor_terms(evidence, log_prior_precision),
             strict=True,
         )
         out: dict[str, dict[str, float]] = {}
-        for group, d_t, g_d_t, lam, delta_t in parts:
+        for group, d_t, g_d_t, terms in parts:
             row = out.setdefault(group, dict.fromkeys(TERMS, 0.0))
-            squared = float(d_t @ d_t)
-            row["occam"] += 0.5 * float(torch.log1p(lam / delta_t).sum())
-            row["scatter"] += 0.5 * delta_t * squared
-            row["fit"] -= 0.5 * h * float(d_t @ g_d_t) + delta_t * squared
+            row["occam"] += terms["occam"]
+            row["scatter"] += terms["scatter"]
+            # -delta ||d||^2 is twice the scatter term
+            row["fit"] -= 0.5 * h * float(d_t @ g_d_t) + 2 * terms["scatter"]
     for row in out.values():
         row["log_bayes_factor"] = row["occam"] + row["scatter"] + row["fit"]
     return out

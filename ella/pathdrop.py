@@ -47,11 +47,33 @@ __all__ = [
     "drop_each_path",
     "format_path_drops",
     "kept_log_evidence",
+    "tensor_terms",
     "train_on_without",
 ]
 
 #: the candidate that drops nothing
 CONTROL = "none"
+
+
+def tensor_terms(
+    evidence: LaplaceEvidence, log_prior_precision: torch.Tensor
+) -> list[dict[str, float]]:
+    """Per parameter tensor ``t`` of a Kronecker-factored evidence, the two Occam terms:
+    ``"occam"``, ``1/2 sum_i log(1 + h lambda_i / delta_t)`` over the eigenvalues of its GGN
+    block, and ``"scatter"``, ``1/2 delta_t ||theta_t - mu_t||^2``."""
+    la = evidence.laplace
+    delta = evidence.prior.expand(log_prior_precision.detach().exp()).tolist()
+    sizes = [int(n) for n in evidence.prior.numels]
+    with torch.no_grad():
+        d = (la.mean - la.prior_mean).detach()
+        parts = zip(torch.split(d, sizes), evidence.block_eigenvalues(), delta, strict=True)
+        return [
+            {
+                "occam": 0.5 * float(torch.log1p(lam / delta_t).sum()),
+                "scatter": 0.5 * delta_t * float(d_t @ d_t),
+            }
+            for d_t, lam, delta_t in parts
+        ]
 
 
 def kept_log_evidence(evidence: LaplaceEvidence, dropped: Sequence[bool]) -> float:
@@ -60,25 +82,26 @@ def kept_log_evidence(evidence: LaplaceEvidence, dropped: Sequence[bool]) -> flo
     One flag per parameter tensor of ``evidence.prior``. The evidence is taken at the
     fitted weights, with each group's prior precision at its optimum
     (:meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`; the groups separate):
-    ``log p(D | theta) - 1/2 sum_(t kept) [sum_i log(1 + h lambda_i / delta_t)
-    + delta_t ||theta_t - mu_t||^2]``, where ``h lambda_i`` are the eigenvalues of tensor
-    ``t``'s GGN block.
+    ``log p(D | theta) - sum_(t kept) (occam_t + scatter_t)``, the terms of
+    :func:`tensor_terms`.
     """
-    la = evidence.laplace
     log_prior = evidence.optimal_log_prior()
-    delta = evidence.prior.expand(log_prior.exp()).tolist()
-    sizes = [int(n) for n in evidence.prior.numels]
-    with torch.no_grad():
-        d = (la.mean - la.prior_mean).detach()
-        total = float(evidence.terms(log_prior)["log_likelihood"])
-        parts = zip(
-            dropped, torch.split(d, sizes), evidence.block_eigenvalues(), delta, strict=True
-        )
-        for drop, d_t, lam, delta_t in parts:
-            if not drop:
-                occam = float(torch.log1p(lam / delta_t).sum())
-                total -= 0.5 * (occam + delta_t * float(d_t @ d_t))
+    total = float(evidence.terms(log_prior)["log_likelihood"])
+    for drop, terms in zip(dropped, tensor_terms(evidence, log_prior), strict=True):
+        if not drop:
+            total -= terms["occam"] + terms["scatter"]
     return total
+
+
+def _refuse_unless_learned(run_dir: str | Path, learn_priors: bool, prior_mean: str) -> None:
+    """Refuse a MAP run and a run whose prior is not centred at zero."""
+    if not learn_priors:
+        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
+    if prior_mean != PriorMean.ZERO:
+        raise ConfigError(
+            "dropping a path sets its weights to zero, and this run's prior is centred at "
+            "its initial weights (--prior-mean init)"
+        )
 
 
 def load_learned_run(run_dir: str | Path, data_dir: str | Path | None = None):
@@ -87,13 +110,7 @@ def load_learned_run(run_dir: str | Path, data_dir: str | Path | None = None):
     from ella.train.runs import load_run
 
     run = load_run(run_dir, data_dir)
-    if not run.config.learn_priors:
-        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
-    if run.config.prior_mean is not PriorMean.ZERO:
-        raise ConfigError(
-            "dropping a path sets its weights to zero, and this run's prior is centred at "
-            "its initial weights (--prior-mean init)"
-        )
+    _refuse_unless_learned(run_dir, run.config.learn_priors, run.config.prior_mean)
     return run, load_torch(Path(run_dir) / CHECKPOINT)["log_prior"]
 
 
@@ -114,13 +131,8 @@ def check_droppable(run_dir: str | Path, epochs: int) -> list[str]:
     if epochs < 1:
         raise ConfigError(f"--drop-epochs must be at least 1, got {epochs}")
     config = read_json(Path(run_dir) / CONFIG, "run's configuration")
-    if not config.get("learn_priors", False):
-        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
-    if config.get("prior_mean", PriorMean.ZERO) != PriorMean.ZERO:
-        raise ConfigError(
-            "dropping a path sets its weights to zero, and this run's prior is centred at "
-            "its initial weights (--prior-mean init)"
-        )
+    learn, mean = config.get("learn_priors", False), config.get("prior_mean", PriorMean.ZERO)
+    _refuse_unless_learned(run_dir, learn, mean)
     paths = relaxed_paths(run_dir)
     if len(paths) < 2:
         raise ConfigError(
