@@ -24,7 +24,14 @@ from ella.commandline import (
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.models import mixer
-from ella.rundir import PATH_DROPS, PATH_OUTPUTS, RESULTS, read_json
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_OUTPUTS,
+    PATH_SELECTION,
+    PATH_SELECTION_STATE,
+    RESULTS,
+    read_json,
+)
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
 
@@ -109,6 +116,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             ("--symmetry", args.symmetry is not None),
             ("--path-outputs", args.path_outputs),
             ("--drop-paths", args.drop_paths),
+            ("--select-paths", args.select_paths),
         ):
             if asked:
                 raise ConfigError(f"{option} measures runs of ella train, not ensembles")
@@ -116,13 +124,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
-    for option, asked in (("--path-outputs", args.path_outputs), ("--drop-paths", args.drop_paths)):
+    for option, asked in (
+        ("--path-outputs", args.path_outputs),
+        ("--drop-paths", args.drop_paths),
+        ("--select-paths", args.select_paths),
+    ):
         if asked and not results["effective_parameters"]:
             raise ConfigError(
                 f"{option} measures relaxed layers (FC/CONV/GCONV paths), and this run's "
                 f"model ({results.get('config', {}).get('model', '?')}) has none"
             )
-    if args.drop_paths:  # refused before any measurement
+    if args.drop_paths or args.select_paths:  # refused before any measurement
         from ella.pathdrop import check_droppable
 
         check_droppable(run_dir, args.drop_epochs)
@@ -150,6 +162,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
         print(f"\n{format_path_drops(result)}")
         print(f"written: {Path(args.run_dir) / PATH_DROPS}")
+    if args.select_paths:
+        from ella.pathdrop import format_path_selection, select_paths
+
+        record = select_paths(args.run_dir, args.drop_epochs, args.data_dir)
+        print(f"\n{format_path_selection(record)}")
+        print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
     return 0
 
 
@@ -261,10 +279,17 @@ def build_parser() -> argparse.ArgumentParser:
         "with the whole network's trained on alike; writes path_drops.json (resumable)",
     )
     report.add_argument(
+        "--select-paths",
+        action="store_true",
+        help="also select the paths the network needs, greedily: rounds of --drop-paths, each "
+        "dropping the path whose removal raises the evidence most, until none does; writes "
+        "path_selection.json and the selected network's weights, path_selection.pt (resumable)",
+    )
+    report.add_argument(
         "--drop-epochs",
         type=int,
         default=20,
-        help="epochs of training on for --drop-paths (default 20)",
+        help="epochs of training on per candidate for --drop-paths and --select-paths (default 20)",
     )
     report.add_argument(
         "--symmetry-images",

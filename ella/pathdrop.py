@@ -26,9 +26,10 @@ directory after every candidate, so an interrupted call resumes where it stopped
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import torch
@@ -37,17 +38,28 @@ from tqdm import tqdm
 
 from ella.choices import GGN, PriorMean
 from ella.errors import ConfigError, RunDirectoryError
-from ella.io import load_torch, save_json
+from ella.io import load_torch, save_json, save_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.nn import PATH_NAMES
-from ella.rundir import CHECKPOINT, CONFIG, PATH_DROPS, read_json
+from ella.rundir import (
+    CHECKPOINT,
+    CONFIG,
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_STATE,
+    read_json,
+)
 
 __all__ = [
     "check_droppable",
     "drop_each_path",
     "format_path_drops",
+    "format_path_selection",
     "kept_log_evidence",
+    "select_paths",
     "tensor_terms",
+    "train_on",
     "train_on_without",
 ]
 
@@ -76,16 +88,19 @@ def tensor_terms(
         ]
 
 
-def kept_log_evidence(evidence: LaplaceEvidence, dropped: Sequence[bool]) -> float:
+def kept_log_evidence(
+    evidence: LaplaceEvidence, dropped: Sequence[bool], log_prior: torch.Tensor | None = None
+) -> float:
     """The Laplace log evidence of the network without the ``dropped`` tensors.
 
     One flag per parameter tensor of ``evidence.prior``. The evidence is taken at the
     fitted weights, with each group's prior precision at its optimum
     (:meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`; the groups separate):
     ``log p(D | theta) - sum_(t kept) (occam_t + scatter_t)``, the terms of
-    :func:`tensor_terms`.
+    :func:`tensor_terms`. ``log_prior``: that optimum, if already computed.
     """
-    log_prior = evidence.optimal_log_prior()
+    if log_prior is None:
+        log_prior = evidence.optimal_log_prior()
     total = float(evidence.terms(log_prior)["log_likelihood"])
     for drop, terms in zip(dropped, tensor_terms(evidence, log_prior), strict=True):
         if not drop:
@@ -141,6 +156,79 @@ def check_droppable(run_dir: str | Path, epochs: int) -> list[str]:
     return paths
 
 
+def train_on(
+    run_dir: str | Path,
+    dropped: Collection[str],
+    epochs: int,
+    data_dir: str | Path | None = None,
+    progress: bool = False,
+    start: dict | None = None,
+) -> tuple[dict, dict]:
+    """Train a learned run on for ``epochs`` with the ``dropped`` paths at zero in every
+    relaxed layer (held there), under fixed prior precisions.
+
+    Args:
+        run_dir: the learned run.
+        dropped: the paths at zero (none: the control).
+        epochs: epochs of training on, with the run's recipe (its learning-rate schedule
+            starting again).
+        data_dir: the run's data files, if moved since the run.
+        progress: a progress bar over the epochs.
+        start: ``{"model": state_dict, "log_prior": (n_groups,)}`` to begin from instead of
+            the run's reported weights and last log prior precisions (a later round of
+            :func:`select_paths`).
+
+    Returns:
+        ``(row, end)``. ``row``: ``{"dropped", "kept", "test_accuracy", "test_nll",
+        "log_evidence", "shares"}``, the evidence being :func:`kept_log_evidence` (exact
+        GGN, all training images) and the shares :func:`ella.report.mean_shares` at its
+        optimal precisions. ``end``: ``{"model", "log_prior"}``, the weights trained on and
+        those optimal log precisions, for a next round.
+    """
+    from ella.learner import PriorLearner
+    from ella.report import mean_shares
+    from ella.train.loop import Trainer, evaluate
+
+    run, log_prior = load_learned_run(run_dir, data_dir)
+    state = run.net.state_dict()
+    if start is not None:
+        state, log_prior = start["model"], start["log_prior"]
+    config = dataclasses.replace(run.config, epochs=epochs, progress=False, data_dir=data_dir)
+    with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
+        trainer = Trainer(config, scratch)
+    trainer.net.load_state_dict(state)
+    with torch.no_grad():
+        trainer.log_prior.copy_(log_prior)
+    groups = PriorStructure(trainer.net, "layer_path").tensor_groups
+    params = [p for p in trainer.net.parameters() if p.requires_grad]
+    flags = [g.rpartition(".")[2] in dropped for g in groups]
+    for p, flag in zip(params, flags, strict=True):
+        if flag:
+            with torch.no_grad():
+                p.zero_()
+            p.register_hook(torch.zeros_like)  # Adam and SGD then leave it at zero
+    label = f"without {', '.join(sorted(dropped))}" if dropped else CONTROL
+    for epoch in tqdm(range(1, epochs + 1), desc=label, leave=False, disable=not progress):
+        trainer.state.epoch = epoch
+        trainer.train_epoch()
+    if any(bool(p.any()) for p, flag in zip(params, flags, strict=True) if flag):
+        raise RuntimeError(f"the dropped {', '.join(dropped)} weights left zero while training on")
+    exact = dataclasses.replace(config, ggn=GGN.EXACT)
+    learner = PriorLearner.from_config(trainer.net, len(trainer.data.train), exact)
+    evidence = learner.fit(DataLoader(trainer.data.train, batch_size=config.marglik_batch_size))
+    optimum = evidence.optimal_log_prior()
+    test = evaluate(trainer.model, trainer.data.test)
+    row = {
+        "kept": [p for p in relaxed_paths(run_dir) if p not in dropped],
+        "test_accuracy": test["accuracy"],
+        "test_nll": test["nll"],
+        "log_evidence": kept_log_evidence(evidence, flags, optimum),
+        "shares": mean_shares(trainer.net, evidence, optimum.exp()),
+    }
+    end = {"model": copy.deepcopy(trainer.net.state_dict()), "log_prior": optimum.detach()}
+    return row, end
+
+
 def train_on_without(
     run_dir: str | Path,
     drop: str | None,
@@ -148,45 +236,10 @@ def train_on_without(
     data_dir: str | Path | None = None,
     progress: bool = False,
 ) -> dict:
-    """Train a learned run on for ``epochs`` with path ``drop`` (or nothing) at zero in every
-    relaxed layer.
-
-    Returns:
-        ``{"dropped": drop or "none", "test_accuracy", "log_evidence"}``, the evidence
-        being :func:`kept_log_evidence` (exact GGN, all training images).
-    """
-    from ella.learner import PriorLearner
-    from ella.train.loop import Trainer, evaluate
-
-    run, log_prior = load_learned_run(run_dir, data_dir)
-    config = dataclasses.replace(run.config, epochs=epochs, progress=False, data_dir=data_dir)
-    with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
-        trainer = Trainer(config, scratch)
-    trainer.net.load_state_dict(run.net.state_dict())
-    with torch.no_grad():
-        trainer.log_prior.copy_(log_prior)
-    groups = PriorStructure(trainer.net, "layer_path").tensor_groups
-    params = [p for p in trainer.net.parameters() if p.requires_grad]
-    dropped = [drop is not None and g.rpartition(".")[2] == drop for g in groups]
-    for p, flag in zip(params, dropped, strict=True):
-        if flag:
-            with torch.no_grad():
-                p.zero_()
-            p.register_hook(torch.zeros_like)  # Adam and SGD then leave it at zero
-    label = CONTROL if drop is None else f"without {drop}"
-    for epoch in tqdm(range(1, epochs + 1), desc=label, leave=False, disable=not progress):
-        trainer.state.epoch = epoch
-        trainer.train_epoch()
-    if any(bool(p.any()) for p, flag in zip(params, dropped, strict=True) if flag):
-        raise RuntimeError(f"the dropped {drop} weights left zero while training on")
-    exact = dataclasses.replace(config, ggn=GGN.EXACT)
-    learner = PriorLearner.from_config(trainer.net, len(trainer.data.train), exact)
-    evidence = learner.fit(DataLoader(trainer.data.train, batch_size=config.marglik_batch_size))
-    return {
-        "dropped": drop or CONTROL,
-        "test_accuracy": evaluate(trainer.model, trainer.data.test)["accuracy"],
-        "log_evidence": kept_log_evidence(evidence, dropped),
-    }
+    """:func:`train_on` from the run itself with path ``drop`` (or nothing) at zero; its
+    row, with ``"dropped"`` the path or ``"none"``."""
+    row, _ = train_on(run_dir, [drop] if drop else [], epochs, data_dir, progress)
+    return {"dropped": drop or CONTROL, **row}
 
 
 def drop_each_path(
@@ -220,6 +273,131 @@ def drop_each_path(
         rows.append(row)
         save_json({"epochs": epochs, "rows": rows}, path)
     return {"epochs": epochs, "rows": rows}
+
+
+def select_paths(
+    run_dir: str | Path,
+    epochs: int = 20,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict:
+    """Greedy backward selection of a learned mixer's paths by the Laplace evidence.
+
+    Each round trains on, for ``epochs``, the network as the round before left it (the
+    control) and, for each path it still has, the same network with that path at zero too
+    (:func:`train_on`). If a candidate's :func:`kept_log_evidence` beats every other and the
+    control's, its path is dropped and its trained weights start the next round; the
+    selection ends when the control wins or one path is left. The first round starts
+    from the run and its last prior precisions, each later one from the winner's weights
+    and its evidence-optimal precisions. Round 1 is :func:`drop_each_path`.
+
+    Writes ``path_selection.json`` after every candidate and the winner of every finished
+    round, the selected network at the end, to ``path_selection.pt``
+    (``{"model", "log_prior", "kept"}``; load it with :func:`ella.io.load_torch`). A call
+    with the same ``epochs`` resumes from both.
+
+    Returns:
+        ``{"epochs", "paths", "rounds": [{"kept", "rows", "winner"}], "kept", "finished"}``:
+        ``kept`` the selected paths, each round's rows the control first.
+
+    Raises:
+        ConfigError, RunDirectoryError: as :func:`check_droppable`.
+    """
+    paths = check_droppable(run_dir, epochs)
+    run_dir = Path(run_dir)
+    record_file = run_dir / PATH_SELECTION
+    winner_file, candidate_file = run_dir / PATH_SELECTION_STATE, run_dir / PATH_SELECTION_CANDIDATE
+    record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+    start = None
+    if record_file.is_file():
+        earlier = read_json(record_file, "earlier path selection")
+        if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
+            record = earlier
+            if any(r["winner"] is not None for r in record["rounds"]):
+                start = load_torch(winner_file)
+    while not record["finished"]:
+        rounds = record["rounds"]
+        if not rounds or rounds[-1]["winner"] is not None:
+            if len(record["kept"]) < 2:
+                record["finished"] = True
+                break
+            rounds.append({"kept": record["kept"], "rows": [], "winner": None})
+        this = rounds[-1]
+        before = [p for p in paths if p not in this["kept"]]
+        best = max(this["rows"], key=lambda r: r["log_evidence"], default=None)
+        best_state = None
+        if best is not None and candidate_file.is_file():
+            best_state = load_torch(candidate_file)
+        if best is not None and (best_state is None or best_state["dropped"] != best["dropped"]):
+            # the weights of the round's best row are lost (interrupted between them and
+            # its row): the round starts again
+            this["rows"], best, best_state = [], None, None
+        done = {r["dropped"] for r in this["rows"]}
+        for drop in [None, *this["kept"]]:
+            key = drop or CONTROL
+            if key in done:
+                continue
+            dropped = before + ([drop] if drop else [])
+            row, end = train_on(run_dir, dropped, epochs, data_dir, progress, start)
+            row = {"dropped": key, **row}
+            if best is None or row["log_evidence"] > best["log_evidence"]:
+                best, best_state = row, {**end, "dropped": key, "kept": row["kept"]}
+                save_torch(best_state, candidate_file)  # before the row that names it
+            this["rows"].append(row)
+            save_json(record, record_file)
+        start = {k: best_state[k] for k in ("model", "log_prior")}
+        save_torch({**start, "kept": best["kept"]}, winner_file)
+        this["winner"] = best["dropped"]
+        record["kept"] = best["kept"]
+        record["finished"] = best["dropped"] == CONTROL
+        save_json(record, record_file)
+        candidate_file.unlink(missing_ok=True)
+    save_json(record, record_file)
+    return record
+
+
+def format_path_selection(record: dict) -> str:
+    """A table per round of :func:`select_paths`'s record, and the paths it selected."""
+    lines = [
+        f"path selection: each round drops the path whose removal raises the evidence most, "
+        f"the rest trained on for {record['epochs']} epochs"
+    ]
+    for number, this in enumerate(record["rounds"], start=1):
+        control = this["rows"][0]["log_evidence"]
+        kept = "+".join(p.upper() for p in this["kept"])
+        lines.append(f"round {number} (network {kept}):")
+        lines.append(
+            f"  {'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}"
+            f"  shares FC/CONV/GCONV %"
+        )
+        for r in this["rows"]:
+            shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in PATH_NAMES)
+            lines.append(
+                f"  {r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}"
+                f"{r['log_evidence']:>15.1f}{r['log_evidence'] - control:>+12.1f}  {shares}"
+            )
+        if this["winner"] is not None:
+            verdict = (
+                "keeps every path"
+                if this["winner"] == CONTROL
+                else (f"drops {this['winner'].upper()}")
+            )
+            lines.append(f"  the evidence {verdict}")
+    if record["finished"]:
+        first, last = record["rounds"][0]["rows"][0], _selected_row(record)
+        lines.append(
+            f"selected: {'+'.join(p.upper() for p in record['kept'])}; test accuracy "
+            f"{100 * last['test_accuracy']:.2f}% (the whole network trained on alike: "
+            f"{100 * first['test_accuracy']:.2f}%), log evidence {last['log_evidence']:.1f} "
+            f"({last['log_evidence'] - first['log_evidence']:+.1f})"
+        )
+    return "\n".join(lines)
+
+
+def _selected_row(record: dict) -> dict:
+    """The row of the selected network: the winner of the last round."""
+    last = record["rounds"][-1]
+    return next(r for r in last["rows"] if r["dropped"] == last["winner"])
 
 
 def format_path_drops(result: dict) -> str:

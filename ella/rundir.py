@@ -36,6 +36,12 @@ RESULTS = "results.json"
 PATH_OUTPUTS = "path_outputs.json"
 #: what ``ella report RUN --drop-paths`` writes into the run directory
 PATH_DROPS = "path_drops.json"
+#: what ``ella report RUN --select-paths`` writes: its rounds, and the selected network's
+#: weights and log prior precisions (the winner of its last finished round)
+PATH_SELECTION = "path_selection.json"
+PATH_SELECTION_STATE = "path_selection.pt"
+#: the best candidate so far of a selection round in progress (removed when it finishes)
+PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
 #: outputs a run and ``ella report`` write besides config.json (removed by --overwrite);
 #: globs. A file not matched here counts as the user's, and --overwrite refuses the folder.
 RUN_OUTPUTS = (
@@ -44,6 +50,9 @@ RUN_OUTPUTS = (
     RESULTS,
     PATH_OUTPUTS,
     PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_STATE,
+    PATH_SELECTION_CANDIDATE,
     "*.png",
     "symmetry_*.json",
 )
@@ -54,6 +63,9 @@ __all__ = [
     "METRICS",
     "PATH_DROPS",
     "PATH_OUTPUTS",
+    "PATH_SELECTION",
+    "PATH_SELECTION_CANDIDATE",
+    "PATH_SELECTION_STATE",
     "RESULTS",
     "begin_run",
     "checkpoint_note",

@@ -12,9 +12,16 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella import pathdrop
 from ella.cli import main
 from ella.errors import ConfigError, RunDirectoryError
+from ella.io import load_torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.pathdrop import kept_log_evidence
-from ella.rundir import PATH_DROPS, holds_run
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_STATE,
+    holds_run,
+)
 from tests.marglik.test_evidence import blr_log_evidence
 
 
@@ -147,3 +154,130 @@ def test_report_drop_paths_trains_each_candidate(tmp_path, capsys):
     assert holds_run(out)
     assert main(["report", str(out), "--drop-paths", "--drop-epochs", "0"]) != 0
     assert "at least 1" in capsys.readouterr().err
+
+
+#: the log evidence a fake candidate gets, by the paths it has at zero
+SELECTION_EVIDENCE = {
+    (): -100.0,
+    ("fc",): -90.0,
+    ("conv",): -95.0,
+    ("gconv",): -120.0,
+    ("conv", "fc"): -80.0,
+    ("fc", "gconv"): -110.0,
+}
+
+
+def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE):
+    """A :func:`ella.pathdrop.train_on` that records ``(dropped, start weight)`` per call and
+    returns the weight it ends with, a number unique to the call."""
+
+    def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None):
+        if interrupt_at is not None and len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        weight = None if start is None else float(start["model"]["w"])
+        calls.append((tuple(sorted(dropped)), weight))
+        kept = [p for p in pathdrop.relaxed_paths(run_dir) if p not in dropped]
+        row = {
+            "kept": kept,
+            "test_accuracy": 0.5,
+            "test_nll": 1.0,
+            "log_evidence": evidence[tuple(sorted(dropped))],
+            "shares": {p: 100.0 / len(kept) for p in kept},
+        }
+        end = {"model": {"w": torch.tensor(float(len(calls)))}, "log_prior": torch.zeros(3)}
+        return row, end
+
+    return train_on
+
+
+def test_select_paths_drops_greedily_and_starts_each_round_from_the_winner(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls))
+    record = pathdrop.select_paths(run, 3)
+    # round 1 from the run; FC wins (call 2); round 2 from its weights; CONV wins (call 6)
+    assert calls == [
+        ((), None),
+        (("fc",), None),
+        (("conv",), None),
+        (("gconv",), None),
+        (("fc",), 2.0),
+        (("conv", "fc"), 2.0),
+        (("fc", "gconv"), 2.0),
+    ]
+    assert [r["winner"] for r in record["rounds"]] == ["fc", "conv"]
+    assert record["kept"] == ["gconv"] and record["finished"]
+    selected = load_torch(run / PATH_SELECTION_STATE)
+    assert float(selected["model"]["w"]) == 6.0 and selected["kept"] == ["gconv"]
+    assert not (run / PATH_SELECTION_CANDIDATE).exists()
+    text = pathdrop.format_path_selection(record)
+    assert "round 2 (network CONV+GCONV):" in text and "the evidence drops CONV" in text
+    assert "selected: GCONV; test accuracy 50.00% (the whole network trained on alike: " in text
+    assert "log evidence -80.0 (+20.0)" in text
+    assert holds_run(run)
+
+
+def test_select_paths_resumes_within_a_round(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls, interrupt_at=6))
+    with pytest.raises(KeyboardInterrupt):  # after round 2's control and CONV candidate
+        pathdrop.select_paths(run, 3)
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls))
+    record = pathdrop.select_paths(run, 3)
+    assert calls[6:] == [(("fc", "gconv"), 2.0)]  # the round's start read back from the file
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 6.0
+    assert record["kept"] == ["gconv"]
+    assert pathdrop.select_paths(run, 3) == record and len(calls) == 7  # finished: no work
+    pathdrop.select_paths(run, 4)  # other epochs: started afresh
+    assert len(calls) == 14
+
+
+def test_select_paths_starts_a_round_again_without_its_best_weights(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls, interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        pathdrop.select_paths(run, 3)
+    (run / PATH_SELECTION_CANDIDATE).unlink()
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls))
+    pathdrop.select_paths(run, 3)
+    assert calls[2:6] == [((), None), (("fc",), None), (("conv",), None), (("gconv",), None)]
+
+
+def test_select_paths_stops_when_the_control_wins(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run", paths=["conv", "gconv"])
+    calls = []
+    evidence = {(): -10.0, ("conv",): -20.0, ("gconv",): -30.0}
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls, evidence=evidence))
+    record = pathdrop.select_paths(run, 2)
+    assert len(calls) == 3 and record["kept"] == ["conv", "gconv"]
+    assert [r["winner"] for r in record["rounds"]] == ["none"]
+    assert "the evidence keeps every path" in pathdrop.format_path_selection(record)
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 1.0
+
+
+@pytest.mark.slow  # trains a small run and a selection of its paths
+def test_report_select_paths_leaves_the_selected_network(tmp_path, capsys):
+    from ella.train import train
+    from ella.train.runs import load_run
+    from tests.train.test_loop import tiny_config
+
+    out = tmp_path / "run"
+    train(tiny_config(epochs=2, paths=("conv", "gconv")), out)
+    assert main(["report", str(out), "--select-paths", "--drop-epochs", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "round 1 (network CONV+GCONV):" in text and "\nselected: " in text
+    record = json.loads((out / PATH_SELECTION).read_text())
+    assert record["finished"] and record["rounds"][0]["rows"][0]["dropped"] == "none"
+    selected = load_torch(out / PATH_SELECTION_STATE)
+    net = load_run(out).net
+    net.load_state_dict(selected["model"])  # the run's network, with the selected weights
+    groups = PriorStructure(net, "layer_path").tensor_groups
+    params = [p for p in net.parameters() if p.requires_grad]
+    assert len(selected["log_prior"]) == len(PriorStructure(net, "layer_path").names)
+    for group, p in zip(groups, params, strict=True):
+        path = group.rpartition(".")[2]
+        if path in ("conv", "gconv"):  # a dropped path's weights are zero, a kept one's not
+            assert bool(p.any()) == (path in selected["kept"])
+    assert not (out / PATH_SELECTION_CANDIDATE).exists() and holds_run(out)
