@@ -520,6 +520,23 @@ def dataset_name(row: str, source: str) -> str:
     return f"{row}_subset" if row.endswith("cifar10") and source == "subset" else row
 
 
+def row_config(
+    row: str, learned: bool, profile: dict, source: str, args: argparse.Namespace
+) -> TrainConfig:
+    """The C4 FC+CONV+GCONV mixer of one row of the table at ``profile`` (MAP or learned;
+    ``args``: data directory, seed and device)."""
+    settings = dict(profile)
+    if "cifar" in row and source == "subset":  # the subset has 3805 / 761 images
+        for key, size in (("train_size", 3805), ("test_size", 761)):
+            if (settings[key] or size) > size:
+                settings[key] = None  # use them all
+    return TrainConfig(
+        dataset=dataset_name(row, source), data_dir=args.data_dir, group="C4",
+        paths=("fc", "conv", "gconv"), learn_priors=learned, seed=args.seed,
+        device=args.device, progress=False, **settings,
+    )  # fmt: skip
+
+
 #: suffix of the claims read from the paper's own measure of the shares
 PAPER_MEASURE = " (the paper's measure: relative effective parameters)"
 
@@ -562,17 +579,7 @@ def main(argv=None) -> dict:
             labels = {"dataset": row, "model": model}
             if "cifar" in row:
                 labels["source"] = source
-            settings = dict(profile)
-            if "cifar" in row and source == "subset":  # the subset has 3805 / 761 images
-                for key, size in (("train_size", 3805), ("test_size", 761)):
-                    if (settings[key] or size) > size:
-                        settings[key] = None  # use them all
-            config = TrainConfig(
-                dataset=dataset_name(row, source), data_dir=args.data_dir, group="C4",
-                paths=("fc", "conv", "gconv"), learn_priors=model == "learned",
-                seed=args.seed, device=args.device, progress=False, **settings,
-            )  # fmt: skip
-            runs.append((labels, config))
+            runs.append((labels, row_config(row, model == "learned", profile, source, args)))
     payload = run_or_load(args, "table3", runs, {"settings": profile, "cifar10_source": source})
     rows, source = payload["rows"], payload["cifar10_source"]
     args.datasets = list(dict.fromkeys(r["dataset"] for r in rows))

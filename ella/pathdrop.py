@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import tempfile
+import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -180,15 +181,16 @@ def train_on(
 
     Returns:
         ``(row, end)``. ``row``: ``{"dropped", "kept", "test_accuracy", "test_nll",
-        "log_evidence", "shares"}``, the evidence being :func:`kept_log_evidence` (exact
-        GGN, all training images) and the shares :func:`ella.report.mean_shares` at its
-        optimal precisions. ``end``: ``{"model", "log_prior"}``, the weights trained on and
+        "log_evidence", "shares", "seconds"}``, the evidence being
+        :func:`kept_log_evidence` (exact GGN, all training images) and the shares
+        :func:`ella.report.mean_shares` at its optimal precisions. ``end``: ``{"model", "log_prior"}``, the weights trained on and
         those optimal log precisions, for a next round.
     """
     from ella.learner import PriorLearner
     from ella.report import mean_shares
     from ella.train.loop import Trainer, evaluate
 
+    began = time.perf_counter()
     run, log_prior = load_learned_run(run_dir, data_dir)
     state = run.net.state_dict()
     if start is not None:
@@ -224,6 +226,7 @@ def train_on(
         "test_nll": test["nll"],
         "log_evidence": kept_log_evidence(evidence, flags, optimum),
         "shares": mean_shares(trainer.net, evidence, optimum.exp()),
+        "seconds": time.perf_counter() - began,
     }
     end = {"model": copy.deepcopy(trainer.net.state_dict()), "log_prior": optimum.detach()}
     return row, end

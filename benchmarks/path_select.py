@@ -1,0 +1,201 @@
+"""Table 3's claims asked as a discrete choice: which paths does the evidence select?
+
+The continuous per-path priors of Table 3's learned column follow the weights training
+grew and share out the effective parameters alike on every set (table3.md). This trains
+the same learned rows (the C4 FC+CONV+GCONV mixer at a Table 3 profile, one run per data
+set and seed, kept in ``--work-dir``) and then selects their paths greedily by the Laplace
+evidence, as ``ella report RUN --select-paths`` does (:func:`ella.pathdrop.select_paths`):
+each round trains on, for ``--select-epochs``, the network as the round before left it and,
+for each path it still has, the same network with that path at zero in every layer, and
+drops the path whose removal raises the evidence most, until none does.
+
+Table 3's share claims are then read from the selected networks' shares of the effective
+parameters (at their evidence-optimal precisions, a dropped path holding none), at every
+seed. Their accuracy is compared with the whole network trained on alike (the first
+round's control), which has had fewer epochs when the selection took more than one round.
+
+    python -m benchmarks.path_select --work-dir /tmp/path_select            # cpu profile
+    python -m benchmarks.path_select --work-dir /tmp/path_select --seeds 0 1 \\
+        --datasets mnist rotated_mnist
+    python -m benchmarks.path_select --work-dir /tmp/path_select --render-only
+
+Both steps resume: a finished run or selection in the work directory is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks._runner import claims_markdown, common_arguments, header_line, stamp, write
+from benchmarks.table3 import PAPER, PROFILES, cifar_source, row_config, share_claims
+from ella.nn import PATH_NAMES
+from ella.pathdrop import select_paths
+from ella.rundir import CHECKPOINT, RESULTS, read_json
+from ella.train import train
+
+NAME = "path_select"
+
+
+def run_dir(args: argparse.Namespace, dataset: str, seed: int) -> Path:
+    return Path(args.work_dir) / f"{args.profile}_{dataset}_seed{seed}"
+
+
+def select_row(args: argparse.Namespace, dataset: str, seed: int, source: str) -> dict:
+    """Train (or reuse) the learned run of ``dataset`` at ``seed``, select its paths, and
+    summarise both."""
+    out = run_dir(args, dataset, seed)
+    config = row_config(dataset, True, PROFILES[args.profile], source, _with_seed(args, seed))
+    began = time.perf_counter()
+    if not (out / RESULTS).is_file():
+        train(config, out, resume=(out / CHECKPOINT).is_file())
+    run_seconds = time.perf_counter() - began
+    record = select_paths(out, args.select_epochs, args.data_dir, progress=True)
+    results = read_json(out / RESULTS, "run's results")
+    last = record["rounds"][-1]
+    selected = next(r for r in last["rows"] if r["dropped"] == last["winner"])
+    return {
+        "dataset": dataset,
+        "seed": seed,
+        "run": {
+            "test_accuracy": results["test_accuracy"],
+            "test_nll": results["test_nll"],
+            "seconds": run_seconds,
+        },
+        "rounds": record["rounds"],
+        "kept": record["kept"],
+        "selected": selected,
+        "control": record["rounds"][0]["rows"][0],
+        "selection_seconds": sum(r["seconds"] for t in record["rounds"] for r in t["rows"]),
+    }
+
+
+def _with_seed(args: argparse.Namespace, seed: int) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "seed": seed})
+
+
+def claims(rows: list[dict], seeds: list[int]) -> dict[str, bool]:
+    """Table 3's share claims on the selected networks (:func:`benchmarks.table3.share_claims`)
+    and their accuracy against the whole network trained on alike; each holds at every
+    seed."""
+    result: dict[str, bool] = {}
+    for seed in seeds:
+        mine = [r for r in rows if r["seed"] == seed]
+        get = {(r["dataset"], "learned"): {"shares": r["selected"]["shares"]} for r in mine}
+        found = share_claims(get, [r["dataset"] for r in mine], "shares", " (selected network)")
+        for r in mine:
+            found[f"selected >= the whole network trained on alike in test accuracy on "
+                  f"{r['dataset']}"] = (
+                r["selected"]["test_accuracy"] >= r["control"]["test_accuracy"]
+            )  # fmt: skip
+        for text, holds in found.items():
+            result[text] = result.get(text, True) and holds
+    return result
+
+
+def spread(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} (sd {statistics.stdev(values):.2f})"
+
+
+def markdown(payload: dict) -> str:
+    rows = payload["rows"]
+    lines = [
+        "# Table 3's claims as a discrete choice: greedy path selection by the evidence",
+        "",
+        header_line(payload, f"--select-epochs {payload['select_epochs']}"),
+        "",
+        "Each learned run (`ella train` at the profile, FC+CONV+GCONV, C4) is followed by "
+        "`ella report RUN --select-paths`: rounds that train on the network and, for each of "
+        "its paths, the network without it, dropping the path whose removal raises the "
+        "Laplace evidence (exact GGN, each kept group's precision at its optimum) most. "
+        "'whole, trained on' is the first round's control; 'selected' the last round's winner.",
+        "",
+        "| data set | seed | run acc | selection (log evidence gain of the drop) "
+        "| selected | selected acc / whole, trained on | selected NLL / whole | "
+        "selected shares FC/CONV/GCONV | log evidence selected - whole | min |",
+        "|---|---:|---:|---|---|---|---|---|---:|---:|",
+    ]
+    for r in rows:
+        steps = []
+        for number, this in enumerate(r["rounds"], start=1):
+            control = this["rows"][0]["log_evidence"]
+            if this["winner"] == "none":
+                best = max(this["rows"][1:], key=lambda x: x["log_evidence"])
+                steps.append(
+                    f"{number}: keep (best drop {best['dropped'].upper()} "
+                    f"{best['log_evidence'] - control:+.0f})"
+                )
+            else:
+                gain = next(x for x in this["rows"] if x["dropped"] == this["winner"])
+                steps.append(
+                    f"{number}: drop {this['winner'].upper()} {gain['log_evidence'] - control:+.0f}"
+                )
+        s, c = r["selected"], r["control"]
+        shares = "/".join(f"{s['shares'].get(p, 0.0):.0f}" for p in PATH_NAMES)
+        minutes = (r["run"]["seconds"] + r["selection_seconds"]) / 60
+        lines.append(
+            f"| {r['dataset']} | {r['seed']} | {100 * r['run']['test_accuracy']:.2f} "
+            f"| {'; '.join(steps)} | {'+'.join(p.upper() for p in r['kept'])} "
+            f"| {100 * s['test_accuracy']:.2f} / {100 * c['test_accuracy']:.2f} "
+            f"| {s['test_nll']:.3f} / {c['test_nll']:.3f} | {shares} "
+            f"| {s['log_evidence'] - c['log_evidence']:+.0f} | {minutes:.1f} |"
+        )
+    seeds = sorted({r["seed"] for r in rows})
+    if len(seeds) > 1:
+        lines += ["", "Over the seeds (mean and sd):", ""]
+        for d in dict.fromkeys(r["dataset"] for r in rows):
+            mine = [r for r in rows if r["dataset"] == d]
+            kept = ", ".join("+".join(p.upper() for p in r["kept"]) for r in mine)
+            lines.append(
+                f"- {d}: selected {kept}; test accuracy selected "
+                f"{spread([100 * r['selected']['test_accuracy'] for r in mine])}, whole "
+                f"trained on {spread([100 * r['control']['test_accuracy'] for r in mine])}"
+            )
+    lines += ["", *claims_markdown(payload["claims"], payload.get("notes", []))]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_arguments(parser, PROFILES)
+    parser.add_argument("--datasets", nargs="+", default=list(PAPER), choices=list(PAPER))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--select-epochs", type=int, default=20)
+    parser.add_argument(
+        "--work-dir", required=True, help="where the runs and their selections are kept"
+    )
+    args = parser.parse_args(argv)
+    if args.select_epochs < 1:
+        parser.error(f"--select-epochs must be at least 1, got {args.select_epochs}")
+    root = Path(args.results_dir)
+    if args.render_only:
+        payload = read_json(root / f"{NAME}.json", "results file")
+    else:
+        source = cifar_source(args.data_dir)
+        began = time.perf_counter()
+        rows = [select_row(args, d, seed, source) for seed in args.seeds for d in args.datasets]
+        payload = {
+            **stamp(args, NAME, PROFILES[args.profile], time.perf_counter() - began),
+            "seed": ", ".join(map(str, args.seeds)),
+            "seeds": args.seeds,
+            "select_epochs": args.select_epochs,
+            "cifar10_source": source,
+            "rows": rows,
+        }
+        payload["command"] = (
+            f"python -m benchmarks.{NAME} --profile {args.profile} --work-dir DIR "
+            f"--seeds {' '.join(map(str, args.seeds))} --datasets {' '.join(args.datasets)} "
+            f"--select-epochs {args.select_epochs}"
+        )
+    payload["claims"] = claims(payload["rows"], payload["seeds"])
+    payload.setdefault("notes", [])
+    write(args, NAME, payload, markdown(payload))
+    return payload
+
+
+if __name__ == "__main__":
+    main()
