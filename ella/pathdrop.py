@@ -22,6 +22,10 @@ both.
 
 ``ella report RUN --drop-paths`` runs it and writes ``path_drops.json`` into the run
 directory after every candidate, so an interrupted call resumes where it stopped.
+
+:func:`select_paths` (``ella report RUN --select-paths``) repeats it greedily: a round of
+candidates as above, then the same from the winner, until the control wins or one path is
+left (backward elimination by the evidence). It keeps the selected network's weights.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from ella.rundir import (
 
 __all__ = [
     "check_droppable",
+    "class_frequency_model",
+    "collapsed",
     "drop_each_path",
     "format_path_drops",
     "format_path_selection",
@@ -181,10 +187,11 @@ def train_on(
 
     Returns:
         ``(row, end)``. ``row``: ``{"dropped", "kept", "test_accuracy", "test_nll",
-        "log_evidence", "shares", "seconds"}``, the evidence being
+        "log_evidence", "log_likelihood", "shares", "seconds"}``, the evidence being
         :func:`kept_log_evidence` (exact GGN, all training images) and the shares
-        :func:`ella.report.mean_shares` at its optimal precisions. ``end``: ``{"model", "log_prior"}``, the weights trained on and
-        those optimal log precisions, for a next round.
+        :func:`ella.report.mean_shares` at its optimal precisions. ``end``:
+        ``{"model", "log_prior"}``, the weights trained on and those optimal log
+        precisions, for a next round.
     """
     from ella.learner import PriorLearner
     from ella.report import mean_shares
@@ -225,6 +232,7 @@ def train_on(
         "test_accuracy": test["accuracy"],
         "test_nll": test["nll"],
         "log_evidence": kept_log_evidence(evidence, flags, optimum),
+        "log_likelihood": float(evidence.terms(optimum)["log_likelihood"]),
         "shares": mean_shares(trainer.net, evidence, optimum.exp()),
         "seconds": time.perf_counter() - began,
     }
@@ -278,6 +286,44 @@ def drop_each_path(
     return {"epochs": epochs, "rows": rows}
 
 
+#: a candidate whose training log likelihood is at most this fraction of the class
+#: frequencies' (both negative) fits no better than predicting them: it has collapsed
+NULL_FIT_FRACTION = 0.9
+
+
+def class_frequency_model(labels: torch.Tensor, n_classes: int) -> dict[str, float]:
+    """The model without a network: every image gets the training set's class frequencies.
+
+    Returns:
+        ``{"log_likelihood": sum_k n_k log(n_k / N), "log_evidence": ...}``, the second
+        the exact marginal likelihood of a categorical with a uniform Dirichlet prior,
+        ``log Gamma(K) + sum_k log Gamma(n_k + 1) - log Gamma(N + K)`` (MacKay,
+        Information Theory, Inference and Learning Algorithms, 2003, Eq. 3.17 / 23.29).
+    """
+    counts = torch.bincount(labels.long(), minlength=n_classes).double()
+    n = counts.sum()
+    seen = counts[counts > 0]
+    log_likelihood = float((seen * torch.log(seen / n)).sum())
+    k = torch.tensor(float(n_classes), dtype=torch.float64)
+    log_evidence = torch.lgamma(k) + torch.lgamma(counts + 1).sum() - torch.lgamma(n + k)
+    return {"log_likelihood": log_likelihood, "log_evidence": float(log_evidence)}
+
+
+def collapsed(row: dict, null: dict) -> bool:
+    """Whether a candidate fits its training images no better than the class frequencies
+    (within ``1 - NULL_FIT_FRACTION`` of their log likelihood): such a network predicts
+    about the same for every image, and its evidence says nothing about its paths."""
+    return row["log_likelihood"] <= NULL_FIT_FRACTION * null["log_likelihood"]
+
+
+def null_model(run_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, float]:
+    """:func:`class_frequency_model` of a run's training labels."""
+    from ella.train.runs import load_run
+
+    data = load_run(run_dir, data_dir).data
+    return class_frequency_model(data.train.tensors[1], data.num_classes)
+
+
 def select_paths(
     run_dir: str | Path,
     epochs: int = 20,
@@ -294,14 +340,20 @@ def select_paths(
     from the run and its last prior precisions, each later one from the winner's weights
     and its evidence-optimal precisions. Round 1 is :func:`drop_each_path`.
 
+    A candidate that has :func:`collapsed` (its training fit no better than the class
+    frequencies') cannot win: its evidence prices a network that predicts about the same
+    for every image, not its paths. The record keeps the class-frequency model
+    (:func:`class_frequency_model`) to compare every evidence with.
+
     Writes ``path_selection.json`` after every candidate and the winner of every finished
     round, the selected network at the end, to ``path_selection.pt``
     (``{"model", "log_prior", "kept"}``; load it with :func:`ella.io.load_torch`). A call
     with the same ``epochs`` resumes from both.
 
     Returns:
-        ``{"epochs", "paths", "rounds": [{"kept", "rows", "winner"}], "kept", "finished"}``:
-        ``kept`` the selected paths, each round's rows the control first.
+        ``{"epochs", "paths", "null", "rounds": [{"kept", "rows", "winner"}], "kept",
+        "finished"}``: ``kept`` the selected paths, each round's rows the control first,
+        ``null`` the class-frequency model.
 
     Raises:
         ConfigError, RunDirectoryError: as :func:`check_droppable`.
@@ -318,6 +370,12 @@ def select_paths(
             record = earlier
             if any(r["winner"] is not None for r in record["rounds"]):
                 start = load_torch(winner_file)
+    if "null" not in record:
+        record["null"] = null_model(run_dir, data_dir)
+
+    def eligible(row: dict) -> bool:
+        return row["dropped"] == CONTROL or not collapsed(row, record["null"])
+
     while not record["finished"]:
         rounds = record["rounds"]
         if not rounds or rounds[-1]["winner"] is not None:
@@ -327,7 +385,8 @@ def select_paths(
             rounds.append({"kept": record["kept"], "rows": [], "winner": None})
         this = rounds[-1]
         before = [p for p in paths if p not in this["kept"]]
-        best = max(this["rows"], key=lambda r: r["log_evidence"], default=None)
+        candidates = [r for r in this["rows"] if eligible(r)]
+        best = max(candidates, key=lambda r: r["log_evidence"], default=None)
         best_state = None
         if best is not None and candidate_file.is_file():
             best_state = load_torch(candidate_file)
@@ -343,7 +402,7 @@ def select_paths(
             dropped = before + ([drop] if drop else [])
             row, end = train_on(run_dir, dropped, epochs, data_dir, progress, start)
             row = {"dropped": key, **row}
-            if best is None or row["log_evidence"] > best["log_evidence"]:
+            if eligible(row) and (best is None or row["log_evidence"] > best["log_evidence"]):
                 best, best_state = row, {**end, "dropped": key, "kept": row["kept"]}
                 save_torch(best_state, candidate_file)  # before the row that names it
             this["rows"].append(row)
@@ -361,9 +420,11 @@ def select_paths(
 
 def format_path_selection(record: dict) -> str:
     """A table per round of :func:`select_paths`'s record, and the paths it selected."""
+    null = record["null"]
     lines = [
         f"path selection: each round drops the path whose removal raises the evidence most, "
-        f"the rest trained on for {record['epochs']} epochs"
+        f"the rest trained on for {record['epochs']} epochs ('collapsed': a candidate that fits "
+        f"its training images no better than the class frequencies, which cannot win)"
     ]
     for number, this in enumerate(record["rounds"], start=1):
         control = this["rows"][0]["log_evidence"]
@@ -375,9 +436,11 @@ def format_path_selection(record: dict) -> str:
         )
         for r in this["rows"]:
             shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in PATH_NAMES)
+            mark = "  collapsed" if r["dropped"] != CONTROL and collapsed(r, null) else ""
             lines.append(
                 f"  {r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}"
                 f"{r['log_evidence']:>15.1f}{r['log_evidence'] - control:>+12.1f}  {shares}"
+                f"{mark}"
             )
         if this["winner"] is not None:
             verdict = (
@@ -394,6 +457,16 @@ def format_path_selection(record: dict) -> str:
             f"{100 * first['test_accuracy']:.2f}%), log evidence {last['log_evidence']:.1f} "
             f"({last['log_evidence'] - first['log_evidence']:+.1f})"
         )
+        lines.append(
+            f"no network (the class frequencies, uniform Dirichlet prior): log evidence "
+            f"{null['log_evidence']:.1f}"
+        )
+        if last["log_evidence"] < null["log_evidence"]:
+            lines.append(
+                "the evidence prefers the class frequencies to the selected network: at this "
+                "number of training images the network's Occam factor outweighs its fit, so the "
+                "choice of paths is the evidence's among networks it would not use"
+            )
     return "\n".join(lines)
 
 

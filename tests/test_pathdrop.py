@@ -167,9 +167,20 @@ SELECTION_EVIDENCE = {
 }
 
 
-def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE):
+#: the class-frequency model of the fake runs
+NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
+
+
+@pytest.fixture(autouse=True)
+def fake_null_model(monkeypatch):
+    """The fake runs have no data: their class-frequency model is ``NULL``."""
+    monkeypatch.setattr(pathdrop, "null_model", lambda run_dir, data_dir=None: NULL)
+
+
+def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelihood=None):
     """A :func:`ella.pathdrop.train_on` that records ``(dropped, start weight)`` per call and
-    returns the weight it ends with, a number unique to the call."""
+    returns the weight it ends with, a number unique to the call; the training log
+    likelihood is ``likelihood[dropped]``, else -10."""
 
     def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None):
         if interrupt_at is not None and len(calls) == interrupt_at:
@@ -182,6 +193,7 @@ def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE):
             "test_accuracy": 0.5,
             "test_nll": 1.0,
             "log_evidence": evidence[tuple(sorted(dropped))],
+            "log_likelihood": (likelihood or {}).get(tuple(sorted(dropped)), -10.0),
             "shares": {p: 100.0 / len(kept) for p in kept},
         }
         end = {"model": {"w": torch.tensor(float(len(calls)))}, "log_prior": torch.zeros(3)}
@@ -281,3 +293,36 @@ def test_report_select_paths_leaves_the_selected_network(tmp_path, capsys):
         if path in ("conv", "gconv"):  # a dropped path's weights are zero, a kept one's not
             assert bool(p.any()) == (path in selected["kept"])
     assert not (out / PATH_SELECTION_CANDIDATE).exists() and holds_run(out)
+
+
+def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    # round 2's best candidate, CONV and FC at zero, fits no better than the class frequencies
+    likelihood = {("conv", "fc"): 0.95 * NULL["log_likelihood"]}
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls, likelihood=likelihood))
+    record = pathdrop.select_paths(run, 3)
+    assert [r["winner"] for r in record["rounds"]] == ["fc", "none"]
+    assert record["kept"] == ["conv", "gconv"] and record["null"] == NULL
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 5.0  # round 2's control
+    text = pathdrop.format_path_selection(record)
+    assert "-80.0       +10.0  0/0/100  collapsed" in text
+    assert "uniform Dirichlet prior): log evidence -1010.0" in text
+    assert "prefers the class frequencies" not in text  # -90 > -1010
+
+
+def test_class_frequency_model_is_the_dirichlet_categorical_evidence(float64):
+    labels = torch.tensor([0, 2, 2, 1, 2, 0, 2])
+    k = 4  # class 3 never seen
+    model = pathdrop.class_frequency_model(labels, k)
+    counts = [2, 1, 4, 0]
+    n = len(labels)
+    assert model["log_likelihood"] == pytest.approx(
+        sum(c * math.log(c / n) for c in counts if c), rel=1e-12
+    )
+    # the evidence as a product of predictive probabilities, Laplace's rule of succession
+    seen, log_evidence = [0] * k, 0.0
+    for i, y in enumerate(labels.tolist()):
+        log_evidence += math.log((seen[y] + 1) / (i + k))
+        seen[y] += 1
+    assert model["log_evidence"] == pytest.approx(log_evidence, rel=1e-12)
