@@ -88,6 +88,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ella.train import Trainer
 
     world = distributed.start()  # several processes under torchrun, else this one
+    if getattr(args, "select_paths", False) and world.distributed:
+        raise ConfigError("--select-paths runs in one process: run it without torchrun")
     out, config = prepare_run(args, TrainConfig, "run", world)
     results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
     if not world.is_main:
@@ -95,6 +97,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(results["table"])
     figures = [f.name for f in sorted(out.glob("*.png"))]
     print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
+    if config.select_paths:
+        from ella.pathdrop import format_path_selection, select_paths
+
+        record = select_paths(out, config.select_epochs, config.data_dir, config.progress)
+        print(f"\n{format_path_selection(record)}")
+        print(f"written: {out / PATH_SELECTION}, {out / PATH_SELECTION_STATE}")
     return 0
 
 

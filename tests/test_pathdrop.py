@@ -326,3 +326,33 @@ def test_class_frequency_model_is_the_dirichlet_categorical_evidence(float64):
         log_evidence += math.log((seen[y] + 1) / (i + k))
         seen[y] += 1
     assert model["log_evidence"] == pytest.approx(log_evidence, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"learn_priors": False}, "needs learned priors"),
+        ({"prior_mean": "init"}, "--prior-mean zero"),
+        ({"paths": ("gconv",)}, "two or more --paths"),
+        ({"model": "cnn"}, "--model mixer"),
+    ],
+)
+def test_train_select_paths_refuses_what_it_cannot_select_before_any_work(values, match):
+    from ella.train import TrainConfig
+
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig(select_paths=True, **values)
+    TrainConfig(select_paths=False, **values)  # without --select-paths each is a valid run
+
+
+@pytest.mark.slow  # trains a small run and selects its paths
+def test_train_select_paths_selects_after_training(tmp_path, capsys):
+    from tests.test_cli import TINY
+
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), *TINY, "--paths", "conv", "gconv"]
+    assert main([*args, "--select-paths", "--select-epochs", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "round 1 (network CONV+GCONV):" in text and "\nselected: " in text
+    assert json.loads((out / PATH_SELECTION).read_text())["finished"]
+    assert (out / PATH_SELECTION_STATE).is_file()

@@ -162,6 +162,9 @@ class TrainConfig(ScheduleConfig):
     # the final state validated better than the best-evidence one in all six runs of
     # benchmarks/results/recipe.md, "Which state to report"
     report_state: ReportedState = ReportedState.FINAL
+    # after training: greedy selection of the paths by the evidence (ella.pathdrop)
+    select_paths: bool = option(False, defines_run=False)
+    select_epochs: int = option(20, minimum=1, defines_run=False)
     # run
     device: str = option("cpu", defines_run=False)
 
@@ -217,6 +220,26 @@ class TrainConfig(ScheduleConfig):
             )
         if self.invariance == "learned" and self.hessian != "kron":
             raise ConfigError("learned invariance needs --hessian kron")
+        if self.select_paths:
+            self._check_selectable()
+
+    def _check_selectable(self) -> None:
+        """What ``--select-paths`` needs (:func:`ella.pathdrop.check_droppable` for a run)."""
+        if not self.learn_priors:
+            raise ConfigError("--select-paths needs learned priors; drop --no-learn-priors")
+        if self.prior_mean != "zero":
+            raise ConfigError(
+                "--select-paths sets a path's weights to zero, and --prior-mean init centres "
+                "the prior at the initial weights: use --prior-mean zero"
+            )
+        if self.model != "mixer" or len(self.paths) < 2:
+            raise ConfigError(
+                "--select-paths chooses among the paths of the mixer's layers: give --model "
+                f"mixer and two or more --paths (got --model {self.model} --paths "
+                f"{' '.join(self.paths)})"
+            )
+        if self.invariance != "none":
+            raise ConfigError("--select-paths is for networks without --invariance")
 
 
 #: Help text of every option of ``ella train`` (a test checks none is missing).
@@ -274,6 +297,11 @@ HELP: dict[str, str] = {
     "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
     "whole training set (Immer et al., ICML 2023); unset: all training images",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
+    "select_paths": "after training, select the paths by the evidence, greedily: drop each "
+    "path from every layer, train on for --select-epochs, drop the one whose removal raises "
+    "the Laplace evidence most, repeat until none does (ella report RUN --select-paths; "
+    "writes path_selection.json and the selected network, path_selection.pt)",
+    "select_epochs": "--select-paths: epochs of training on per candidate",
     "report_state": "learned priors: which weights the run reports and saves as its model: "
     "best_evidence (after the evidence round of highest log marginal likelihood) or final "
     "(after the last epoch)",
