@@ -44,7 +44,7 @@ from tqdm import tqdm
 from ella.choices import GGN, PriorMean
 from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
-from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik import LaplaceEvidence, PriorStructure, class_frequency_model
 from ella.nn import PATH_NAMES
 from ella.rundir import (
     CHECKPOINT,
@@ -58,7 +58,6 @@ from ella.rundir import (
 
 __all__ = [
     "check_droppable",
-    "class_frequency_model",
     "collapsed",
     "drop_each_path",
     "format_path_drops",
@@ -289,24 +288,6 @@ def drop_each_path(
 #: a candidate whose training log likelihood is at most this fraction of the class
 #: frequencies' (both negative) fits no better than predicting them: it has collapsed
 NULL_FIT_FRACTION = 0.9
-
-
-def class_frequency_model(labels: torch.Tensor, n_classes: int) -> dict[str, float]:
-    """The model without a network: every image gets the training set's class frequencies.
-
-    Returns:
-        ``{"log_likelihood": sum_k n_k log(n_k / N), "log_evidence": ...}``, the second
-        the exact marginal likelihood of a categorical with a uniform Dirichlet prior,
-        ``log Gamma(K) + sum_k log Gamma(n_k + 1) - log Gamma(N + K)`` (MacKay,
-        Information Theory, Inference and Learning Algorithms, 2003, Eq. 3.17 / 23.29).
-    """
-    counts = torch.bincount(labels.long(), minlength=n_classes).double()
-    n = counts.sum()
-    seen = counts[counts > 0]
-    log_likelihood = float((seen * torch.log(seen / n)).sum())
-    k = torch.tensor(float(n_classes), dtype=torch.float64)
-    log_evidence = torch.lgamma(k) + torch.lgamma(counts + 1).sum() - torch.lgamma(n + k)
-    return {"log_likelihood": log_likelihood, "log_evidence": float(log_evidence)}
 
 
 def collapsed(row: dict, null: dict) -> bool:

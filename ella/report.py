@@ -174,7 +174,27 @@ def format_table(results: dict) -> str:
             f"test accuracy {100 * acc:.2f}% ({results.get('reported_state', 'final')} state), "
             f"log marginal likelihood {results.get('log_marglik_reported_state', float('nan')):.1f}"
         )
+    line = null_model_line(results)
+    if line:
+        lines.append(line)
     return "\n".join(lines)
+
+
+def null_model_line(results: dict) -> str | None:
+    """For a run with learned priors whose log evidence is below the class-frequency
+    model's (:mod:`ella.marglik.null`; recorded since 2026-11-26): a line saying so."""
+    null = results.get("class_frequency_log_evidence")
+    value = results.get("log_marglik_reported_state")
+    learned = results.get("config", {}).get("learn_priors", False)
+    if null is None or value is None or not learned or value >= null:
+        return None
+    return (
+        f"the class frequencies alone (no network) have log evidence {null:.1f}, more than "
+        f"the Laplace estimate for this network: at {results.get('train_size', '?')} training "
+        "images its Occam factor outweighs its fit, so by this estimate the evidence would "
+        "choose no network (the shares say how it prices the paths, not that it prefers the "
+        "network to none)"
+    )
 
 
 def save_figure(results: dict, path: str | Path) -> Path:

@@ -311,23 +311,6 @@ def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
     assert "prefers the class frequencies" not in text  # -90 > -1010
 
 
-def test_class_frequency_model_is_the_dirichlet_categorical_evidence(float64):
-    labels = torch.tensor([0, 2, 2, 1, 2, 0, 2])
-    k = 4  # class 3 never seen
-    model = pathdrop.class_frequency_model(labels, k)
-    counts = [2, 1, 4, 0]
-    n = len(labels)
-    assert model["log_likelihood"] == pytest.approx(
-        sum(c * math.log(c / n) for c in counts if c), rel=1e-12
-    )
-    # the evidence as a product of predictive probabilities, Laplace's rule of succession
-    seen, log_evidence = [0] * k, 0.0
-    for i, y in enumerate(labels.tolist()):
-        log_evidence += math.log((seen[y] + 1) / (i + k))
-        seen[y] += 1
-    assert model["log_evidence"] == pytest.approx(log_evidence, rel=1e-12)
-
-
 @pytest.mark.parametrize(
     ("values", "match"),
     [

@@ -28,3 +28,21 @@ def test_shares_history_line_shows_first_last_and_evenly_spaced_rounds():
     assert two.endswith("epoch 2 49/25/26, epoch 4 48/25/27")
     single_path = shares_history_line([{"epoch": 1, "conv": 100.0}] * 2, points=2)
     assert single_path.endswith("epoch 1 -/100/-, epoch 1 -/100/-")
+
+
+def test_null_model_line_only_where_the_class_frequencies_have_more_evidence():
+    from ella.report import null_model_line
+
+    results = {
+        "class_frequency_log_evidence": -2319.8,
+        "log_marglik_reported_state": -24084.0,
+        "train_size": 1000,
+        "config": {"learn_priors": True},
+    }
+    line = null_model_line(results)
+    assert line.startswith("the class frequencies alone (no network) have log evidence -2319.8")
+    assert "at 1000 training images its Occam factor outweighs its fit" in line
+    assert null_model_line({**results, "log_marglik_reported_state": -2000.0}) is None
+    assert null_model_line({**results, "config": {"learn_priors": False}}) is None  # MAP
+    del results["class_frequency_log_evidence"]  # a run from before it was recorded
+    assert null_model_line(results) is None

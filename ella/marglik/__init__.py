@@ -9,6 +9,7 @@ from ella.marglik.evidence import (
     UnsupportedModuleError,
     check_supported,
 )
+from ella.marglik.null import class_frequency_model
 from ella.marglik.priors import PriorMode, PriorStructure
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "UnsupportedModuleError",
     "aggregate",
     "check_supported",
+    "class_frequency_model",
     "effective_parameters",
     "relative_effective",
 ]

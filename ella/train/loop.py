@@ -481,6 +481,7 @@ class Trainer(EpochRun):
 
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
+        from ella.marglik import class_frequency_model
         from ella.report import (
             effective_parameter_report,
             format_table,
@@ -521,6 +522,10 @@ class Trainer(EpochRun):
             "log_marglik": self.state.marglik,
             "log_marglik_epochs": self.state.marglik_epochs,
             "log_marglik_reported_state": final_marglik,
+            # the evidence of no network, to read the network's against (ella.marglik.null)
+            "class_frequency_log_evidence": class_frequency_model(
+                self.data.train.tensors[1], self.data.num_classes
+            )["log_evidence"],
             "prior_precision": self.prior.as_dict(self.log_prior.exp()),
             "prior_variance": self.prior.as_dict(self.log_prior.neg().exp()),
             "prior_convergence": prior_convergence(

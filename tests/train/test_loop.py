@@ -49,11 +49,16 @@ def test_evidence_schedule(tmp_path):
 
 
 def test_map_only_never_fits_the_evidence(tmp_path):
-    results = Trainer(tiny_config(learn_priors=False, epochs=2), tmp_path).run()
+    from ella.marglik import class_frequency_model
+
+    trainer = Trainer(tiny_config(learn_priors=False, epochs=2), tmp_path)
+    results = trainer.run()
     assert results["log_marglik"] == []
     assert results["reported_state"] == "final"
     assert all(v == pytest.approx(0.01) for v in results["prior_precision"].values())
     assert math.isfinite(results["log_marglik_reported_state"])
+    null = class_frequency_model(trainer.data.train.tensors[1], 10)["log_evidence"]
+    assert results["class_frequency_log_evidence"] == pytest.approx(null)  # of the 48 images
 
 
 @pytest.mark.slow
