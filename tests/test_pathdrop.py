@@ -298,8 +298,9 @@ def test_report_select_paths_leaves_the_selected_network(tmp_path, capsys):
 def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
     run = write_config(tmp_path / "run")
     calls = []
-    # round 2's best candidate, CONV and FC at zero, fits no better than the class frequencies
-    likelihood = {("conv", "fc"): 0.95 * NULL["log_likelihood"]}
+    # round 2's best candidate, CONV and FC at zero, keeps 40% of its control's (FC at zero)
+    # gain over the class frequencies, 0.4 * 990: it has collapsed
+    likelihood = {("fc",): -10.0, ("conv", "fc"): NULL["log_likelihood"] + 0.4 * 990}
     monkeypatch.setattr(pathdrop, "train_on", fake_train_on(calls, likelihood=likelihood))
     record = pathdrop.select_paths(run, 3)
     assert [r["winner"] for r in record["rounds"]] == ["fc", "none"]
@@ -339,3 +340,11 @@ def test_train_select_paths_selects_after_training(tmp_path, capsys):
     assert "round 1 (network CONV+GCONV):" in text and "\nselected: " in text
     assert json.loads((out / PATH_SELECTION).read_text())["finished"]
     assert (out / PATH_SELECTION_STATE).is_file()
+
+
+def test_collapsed_is_less_than_half_of_the_controls_gain_over_the_class_frequencies():
+    null, control = {"log_likelihood": -2300.0}, {"log_likelihood": -300.0}  # gain 2000
+    assert not pathdrop.collapsed({"log_likelihood": -1300.0}, control, null)  # keeps 1000
+    assert pathdrop.collapsed({"log_likelihood": -1301.0}, control, null)
+    assert pathdrop.collapsed({"log_likelihood": -2300.0}, control, null)
+    assert not pathdrop.collapsed({"log_likelihood": -100.0}, control, null)  # fits better
