@@ -9,9 +9,14 @@ training loop moved onto ``PriorLearner`` and ``ella.train.engine``::
     PYTHONPATH=/tmp/ref .venv/bin/python tests/train/test_reference_runs.py --write
 
 The test reruns the same configurations with today's code. On the machine that
-wrote the reference the results are bit-identical; the tolerance (relative
-1e-4) leaves room for another CPU's floating-point kernels, and is far below
-what a changed seed, data order, learning rate or prior term moves.
+wrote the reference the results are bit-identical. The tolerance, relative 5e-3
+(``REL_TOL``), leaves room for another CPU's floating-point kernels: on the Intel
+Xeon of 2026-11-26 the code of the commit before (2678eec) differed from the
+reference by up to 1.4e-3 (the learned mixer's layer-8 FC prior precision after three
+rounds; 5.4e-4 with subset evidence, 6e-6 for the MLP). It is far below what a changed
+seed or learning rate moves: ``lr`` 1.05e-3 instead of 1e-3 moves 89 of the learned
+mixer's 208 numbers by more than 5e-3 (up to 100%), 58 of 147 with subset evidence and
+10 of the MLP's 16; seed 1 instead of 0 moves 180 of 208.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pytest
 import torch
 
 REFERENCE = Path(__file__).with_name("data") / "reference_runs.json"
+#: relative tolerance of a float (the module docstring says how it was measured)
+REL_TOL = 5e-3
 #: The reference runs: small enough for the test suite, covering the evidence rounds.
 CASES: dict[str, dict] = {
     "mixer_learned": dict(
@@ -84,7 +91,7 @@ def run_case(options: dict) -> dict:
 
 
 def assert_close(actual, expected, where: str = "") -> None:
-    """Equal structure; equal strings, ints and bools; floats to relative 1e-4."""
+    """Equal structure; equal strings, ints and bools; floats to relative ``REL_TOL``."""
     if isinstance(expected, dict):
         assert isinstance(actual, dict) and sorted(actual) == sorted(expected), where
         for key in expected:
@@ -94,7 +101,7 @@ def assert_close(actual, expected, where: str = "") -> None:
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_close(a, e, f"{where}[{i}]")
     elif isinstance(expected, float):
-        assert math.isclose(actual, expected, rel_tol=1e-4, abs_tol=1e-7), (
+        assert math.isclose(actual, expected, rel_tol=REL_TOL, abs_tol=1e-7), (
             f"{where}: {actual} != {expected}"
         )
     else:
