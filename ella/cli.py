@@ -176,6 +176,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         record = select_paths(args.run_dir, args.drop_epochs, args.data_dir)
         print(f"\n{format_path_selection(record)}")
         print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+    elif (run_dir / PATH_SELECTION).is_file():  # a selection made before: shown again
+        from ella.pathdrop import format_path_selection
+
+        record = read_json(run_dir / PATH_SELECTION, "path selection")
+        if record.get("finished"):
+            print(f"\n{format_path_selection(record)}")
     return 0
 
 

@@ -293,6 +293,8 @@ def test_report_select_paths_leaves_the_selected_network(tmp_path, capsys):
         if path in ("conv", "gconv"):  # a dropped path's weights are zero, a kept one's not
             assert bool(p.any()) == (path in selected["kept"])
     assert not (out / PATH_SELECTION_CANDIDATE).exists() and holds_run(out)
+    assert main(["report", str(out)]) == 0  # a plain report shows the selection again
+    assert "\nselected: " in capsys.readouterr().out
 
 
 def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
