@@ -98,12 +98,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     figures = [f.name for f in sorted(out.glob("*.png"))]
     print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
     if config.select_paths:
-        from ella.pathdrop import format_path_selection, select_paths
-
-        record = select_paths(out, config.select_epochs, config.data_dir, config.progress)
-        print(f"\n{format_path_selection(record)}")
-        print(f"written: {out / PATH_SELECTION}, {out / PATH_SELECTION_STATE}")
+        print_path_selection(out, config.select_epochs, config.data_dir, config.progress)
     return 0
+
+
+def print_path_selection(run_dir: Path, epochs: int, data_dir, progress: bool = True) -> None:
+    """Select a learned run's paths (:func:`ella.pathdrop.select_paths`) and print them."""
+    from ella.pathdrop import format_path_selection, select_paths
+
+    record = select_paths(run_dir, epochs, data_dir, progress)
+    print(f"\n{format_path_selection(record)}")
+    print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
 
 
 @reports_errors
@@ -171,11 +176,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"\n{format_path_drops(result)}")
         print(f"written: {Path(args.run_dir) / PATH_DROPS}")
     if args.select_paths:
-        from ella.pathdrop import format_path_selection, select_paths
-
-        record = select_paths(args.run_dir, args.drop_epochs, args.data_dir)
-        print(f"\n{format_path_selection(record)}")
-        print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+        print_path_selection(run_dir, args.drop_epochs, args.data_dir)
     elif (run_dir / PATH_SELECTION).is_file():  # a selection made before: shown again
         from ella.pathdrop import format_path_selection
 

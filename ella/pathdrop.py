@@ -434,11 +434,8 @@ def format_path_selection(record: dict) -> str:
                 f"{mark}"
             )
         if this["winner"] is not None:
-            verdict = (
-                "keeps every path"
-                if this["winner"] == CONTROL
-                else (f"drops {this['winner'].upper()}")
-            )
+            kept_all = this["winner"] == CONTROL
+            verdict = "keeps every path" if kept_all else f"drops {this['winner'].upper()}"
             lines.append(f"  the evidence {verdict}")
     if record["finished"]:
         first, last = record["rounds"][0]["rows"][0], _selected_row(record)
