@@ -35,8 +35,15 @@ def torchrun(*args: str, processes: int = 2) -> list[str]:
     ]
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of torchrun's workers: one thread each, this checkout first on the
+    path, and the caller's own ``PYTHONPATH`` kept after it (packages installed there)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
 def run_torchrun(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = worker_env()
     return subprocess.run(
         torchrun(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -207,7 +214,7 @@ def test_torchrun_train_survives_a_killed_process_and_ends_where_one_process_end
     one, out = tmp_path / "one", tmp_path / "two"
     options = [*TRAIN, "--epochs", "3", "--n-epochs-burnin", "2"]
     run_alone("-m", "ella", "train", *options, "--out", str(one))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = worker_env()
     job = subprocess.Popen(
         torchrun("-m", "ella", "train", *options, "--out", str(out)), cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
