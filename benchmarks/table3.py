@@ -525,7 +525,10 @@ PROFILES = {
         train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS,
         **RANDOM_START, **SAME_GCONV_RATE,
     ),
-    "paper": {**PAPER_SCHEDULE, "width": 4},
+    # the reference's schedule at SGD's rate chosen on the validation split (0.02; recipe.md):
+    # at the reference's 0.1 the learned rotated-MNIST run stayed at chance (11.35%) for 24
+    # epochs on an H100, at 0.02 it reached 93.2% in 7 (results/table3_paper_h100/)
+    "paper": {**PAPER_SCHEDULE, "width": 4, "lr": 0.02},
 }  # fmt: skip
 
 
