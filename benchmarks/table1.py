@@ -142,23 +142,26 @@ PROFILES = {
 }  # fmt: skip
 
 
+def task_config(task: str, model: str, profile: dict, args: argparse.Namespace) -> TrainConfig:
+    """One run of the table: ``model`` (a key of :data:`MODELS`) on ``task`` (a key of
+    :data:`TASKS`) at ``profile`` (``args``: data directory, seed and device)."""
+    paths, learn = MODELS[model]
+    return TrainConfig(
+        dataset=TASKS[task], data_dir=args.data_dir, group="trivial", paths=paths,
+        learn_priors=learn, seed=args.seed, device=args.device, progress=False, **profile,
+    )  # fmt: skip
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(parser, PROFILES)
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     runs = [
-        (
-            {"task": task, "model": model},
-            TrainConfig(
-                dataset=dataset, data_dir=args.data_dir, group="trivial", paths=paths,
-                learn_priors=learn, seed=args.seed, device=args.device, progress=False,
-                **profile,
-            ),
-        )
-        for task, dataset in TASKS.items()
-        for model, (paths, learn) in MODELS.items()
-    ]  # fmt: skip
+        ({"task": task, "model": model}, task_config(task, model, profile, args))
+        for task in TASKS
+        for model in MODELS
+    ]
     payload = run_or_load(args, "table1", runs, {"settings": profile})
     rows = payload["rows"]
     for row in rows:
