@@ -85,6 +85,13 @@ ANALYSIS = {
         "and 72% on (digit, quadrant) (seed 1: 70% and 72%), so the shares do not tell the "
         "translation-invariant task from the other; with the Adam rounds the profile pins, "
         "the priors did not converge (last change 0.53 and 0.60).",
+        "asked as a discrete choice (written by hand, 2026-11-26; `python -m "
+        "benchmarks.path_select --table 1 --seeds 0 1`, path_select_table1/): greedy path "
+        "selection by the evidence on this profile's learned runs drops FC on the digit task "
+        "(+1894 and +1997 nats; CONV alone at 95.65 and 95.25% against CONV MAP's 93.95 and "
+        "94.65% in the same file) and keeps FC+CONV on (digit, quadrant) (dropping FC costs "
+        "3398 and 3441 nats; 92.35 and 92.15%). All three claims hold for the selected "
+        "networks at both seeds, which had 20 epochs more than the rows above.",
     ],
     "cpu_80": [
         "how this profile was chosen (2026-11-25): the cpu profile with --epochs 80 against "
