@@ -26,7 +26,7 @@ cd "$root" || exit 1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 [ -d "$data/MNIST" ] || { echo "no MNIST at $data: put the data directory there" >&2; exit 2; }
 
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+{ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
   echo "cpus $(nproc)"; } | tee "$out/gpu.txt"
@@ -52,4 +52,6 @@ tail -1 "$out/suite.log"
 wait
 cp "$run/metrics.jsonl" "$out/metrics.jsonl" 2>/dev/null
 tail -1 "$out/paper.log"
-echo "epochs finished: $(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)"
+epochs=0
+[ -f "$out/metrics.jsonl" ] && epochs=$(wc -l <"$out/metrics.jsonl")
+echo "epochs finished: $epochs"
