@@ -40,7 +40,7 @@ from pathlib import Path
 from benchmarks import table1, table3
 from benchmarks._runner import claims_markdown, common_arguments, header_line, stamp, write
 from ella.nn import PATH_NAMES
-from ella.pathdrop import select_paths
+from ella.pathdrop import collapsed, select_paths
 from ella.rundir import CHECKPOINT, RESULTS, read_json
 from ella.train import TrainConfig, train
 
@@ -334,11 +334,18 @@ def markdown(payload: dict, table: Table) -> str:
         for number, this in enumerate(r["rounds"], start=1):
             control = this["rows"][0]["log_evidence"]
             if this["winner"] == "none":
-                best = max(this["rows"][1:], key=lambda x: x["log_evidence"])
-                steps.append(
-                    f"{number}: keep (best drop {best['dropped'].upper()} "
-                    f"{best['log_evidence'] - control:+.0f})"
-                )
+                # the best candidate that could have won: a collapsed one cannot
+                fitting = [
+                    x for x in this["rows"][1:] if not collapsed(x, this["rows"][0], r["null"])
+                ]
+                if fitting:
+                    best = max(fitting, key=lambda x: x["log_evidence"])
+                    steps.append(
+                        f"{number}: keep (best drop {best['dropped'].upper()} "
+                        f"{best['log_evidence'] - control:+.0f})"
+                    )
+                else:
+                    steps.append(f"{number}: keep (every drop collapsed)")
             else:
                 gain = next(x for x in this["rows"] if x["dropped"] == this["winner"])
                 steps.append(
