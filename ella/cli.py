@@ -169,15 +169,15 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
+    if args.select_paths:  # first: its first round is --drop-paths, which then reuses it
+        print_path_selection(run_dir, args.drop_epochs, args.data_dir)
     if args.drop_paths:
         from ella.pathdrop import drop_each_path, format_path_drops
 
         result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
         print(f"\n{format_path_drops(result)}")
         print(f"written: {Path(args.run_dir) / PATH_DROPS}")
-    if args.select_paths:
-        print_path_selection(run_dir, args.drop_epochs, args.data_dir)
-    elif (run_dir / PATH_SELECTION).is_file():  # a selection made before: shown again
+    if not args.select_paths and (run_dir / PATH_SELECTION).is_file():  # shown again
         from ella.pathdrop import format_path_selection
 
         record = read_json(run_dir / PATH_SELECTION, "path selection")

@@ -261,7 +261,10 @@ def drop_each_path(
     """:func:`train_on_without` for the control and for each path of a learned mixer.
 
     Writes ``path_drops.json`` into ``run_dir`` after every candidate and reuses the
-    candidates of an earlier call with the same ``epochs`` found there.
+    candidates of an earlier call with the same ``epochs`` found there, and those of the
+    first round of a path selection with the same ``epochs`` (:func:`select_paths`
+    trains the same candidates in its first round: the control and each path dropped,
+    from the run itself).
 
     Returns:
         ``{"epochs": epochs, "rows": [...]}``, the control first.
@@ -272,10 +275,15 @@ def drop_each_path(
     paths = check_droppable(run_dir, epochs)
     path = Path(run_dir) / PATH_DROPS
     done: dict[str, dict] = {}
+    selection = Path(run_dir) / PATH_SELECTION
+    if selection.is_file():
+        earlier = read_json(selection, "earlier path selection")
+        if earlier.get("epochs") == epochs and earlier.get("rounds"):
+            done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
     if path.is_file():
         earlier = read_json(path, "earlier path drops")
         if earlier.get("epochs") == epochs:
-            done = {row["dropped"]: row for row in earlier.get("rows", [])}
+            done.update({row["dropped"]: row for row in earlier.get("rows", [])})
     rows = []
     for drop in [None, *paths]:
         key = drop or CONTROL

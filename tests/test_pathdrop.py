@@ -229,6 +229,29 @@ def test_select_paths_drops_greedily_and_starts_each_round_from_the_winner(tmp_p
     assert holds_run(run)
 
 
+def test_drop_each_path_reuses_the_first_round_of_a_selection(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(pathdrop, "train_on", fake_train_on([]))
+    record = pathdrop.select_paths(run, 3)
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("a candidate of the selection's first round was trained again")
+
+    monkeypatch.setattr(pathdrop, "train_on_without", not_again)
+    result = pathdrop.drop_each_path(run, 3)
+    assert result["rows"] == record["rounds"][0]["rows"]
+    trained = []
+    monkeypatch.setattr(
+        pathdrop,
+        "train_on_without",
+        lambda run_dir, drop, epochs, data_dir=None, progress=False: (
+            trained.append(drop) or {"dropped": drop or "none", "log_evidence": -1.0}
+        ),
+    )
+    pathdrop.drop_each_path(run, 4)  # other epochs than the selection's: trained
+    assert trained == [None, "fc", "conv", "gconv"]
+
+
 def test_select_paths_resumes_within_a_round(tmp_path, monkeypatch):
     run = write_config(tmp_path / "run")
     calls = []
