@@ -175,7 +175,8 @@ def train_on(
 
     Args:
         run_dir: the learned run.
-        dropped: the paths at zero (none: the control).
+        dropped: what is at zero (none: the control): a path name (``"fc"``) in every
+            relaxed layer, a prior group (``"layer3.fc"``) in that layer alone.
         epochs: epochs of training on, with the run's recipe (its learning-rate schedule
             starting again).
         data_dir: the run's data files, if moved since the run.
@@ -201,7 +202,8 @@ def train_on(
     state = run.net.state_dict()
     if start is not None:
         state, log_prior = start["model"], start["log_prior"]
-    config = dataclasses.replace(run.config, epochs=epochs, progress=False, data_dir=data_dir)
+    # run.config names the data where the run found it, or ``data_dir`` where given
+    config = dataclasses.replace(run.config, epochs=epochs, progress=False)
     with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
         trainer = Trainer(config, scratch)
     trainer.net.load_state_dict(state)
@@ -209,7 +211,7 @@ def train_on(
         trainer.log_prior.copy_(log_prior)
     groups = PriorStructure(trainer.net, "layer_path").tensor_groups
     params = [p for p in trainer.net.parameters() if p.requires_grad]
-    flags = [g.rpartition(".")[2] in dropped for g in groups]
+    flags = [g in dropped or g.rpartition(".")[2] in dropped for g in groups]
     for p, flag in zip(params, flags, strict=True):
         if flag:
             with torch.no_grad():

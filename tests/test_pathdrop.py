@@ -22,6 +22,7 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     holds_run,
 )
+from tests.data.test_datasets import SHARED
 from tests.marglik.test_evidence import blr_log_evidence
 
 
@@ -154,6 +155,21 @@ def test_report_drop_paths_trains_each_candidate(tmp_path, capsys):
     assert holds_run(out)
     assert main(["report", str(out), "--drop-paths", "--drop-epochs", "0"]) != 0
     assert "at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
+def test_train_on_finds_the_data_where_the_run_found_it(tmp_path, monkeypatch):
+    """A run on data files in ``--data-dir``: training it on, given no data directory,
+    reads them there (not from ``$ELLA_DATA`` or the default cache, empty here)."""
+    from ella.train import train
+    from tests.train.test_loop import tiny_config
+
+    out = tmp_path / "run"
+    train(tiny_config(epochs=2, dataset="mnist", data_dir=str(SHARED)), out)
+    monkeypatch.setenv("ELLA_DATA", str(tmp_path / "empty"))
+    row, _ = pathdrop.train_on(out, ["fc", "layer1.conv"], 1)
+    assert row["kept"] == ["conv", "gconv"] and math.isfinite(row["log_evidence"])
 
 
 #: the log evidence a fake candidate gets, by the paths it has at zero
