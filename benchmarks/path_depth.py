@@ -1,0 +1,133 @@
+"""How deep should a path reach? The evidence's answer layer by layer.
+
+Greedy path selection (``ella report RUN --select-paths``) drops a path from every layer
+at once. The paper's narrative is finer: symmetry in the early layers, broken in the
+last ones. This asks it directly of a learned run: for k = 0, 1, ..., L it trains the run
+on for ``--epochs`` with ``--path`` at zero in its first k relaxed layers
+(:func:`ella.pathdrop.train_on`, k = 0 the control), and scores each with the Laplace
+evidence of the network it leaves (exact GGN, every group's precision at its optimum).
+The evidence's choice is the k with the highest evidence among the candidates that did
+not collapse (:func:`ella.pathdrop.collapsed`): the path is dropped from layers 1..k
+and kept after.
+
+    python -m benchmarks.path_depth RUN [RUN ...] --path fc --results-dir DIR
+
+Every candidate is saved as it finishes (``path_depth.json``); a second call reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks._common import environment
+from ella.io import save_json, save_text
+from ella.marglik import PriorStructure
+from ella.pathdrop import check_droppable, collapsed, load_learned_run, null_model, train_on
+from ella.rundir import read_json
+
+NAME = "path_depth"
+
+
+def relaxed_layers(run_dir: Path) -> list[str]:
+    """The run's relaxed layers (``layer1`` ...), input first."""
+    run, _ = load_learned_run(run_dir)
+    groups = PriorStructure(run.net, "layer_path").tensor_groups
+    names = dict.fromkeys(g.rpartition(".")[0] for g in groups if g.startswith("layer"))
+    return sorted(names, key=lambda name: int(name.removeprefix("layer")))
+
+
+def depth_rows(run_dir: Path, path: str, epochs: int, saved: list[dict], save) -> list[dict]:
+    """One row per k (``path`` dropped from the first k layers), reusing ``saved`` rows;
+    ``save(rows)`` after each new one."""
+    layers = relaxed_layers(run_dir)
+    rows = list(saved)
+    for k in range(len(rows), len(layers) + 1):
+        dropped = [f"{layer}.{path}" for layer in layers[:k]]
+        row, _ = train_on(run_dir, dropped, epochs, progress=True)
+        rows.append({"k": k, "dropped": dropped, **row})
+        save(rows)
+    return rows
+
+
+def choice(rows: list[dict], null: dict) -> dict:
+    """The row of highest evidence among those that kept their fit (the control always)."""
+    fitting = [r for r in rows if r["k"] == 0 or not collapsed(r, rows[0], null)]
+    return max(fitting, key=lambda r: r["log_evidence"])
+
+
+def markdown(payload: dict) -> str:
+    lines = [
+        f"# How deep should {payload['path'].upper()} reach? The evidence layer by layer",
+        "",
+        f"`{payload['command']}`; {payload['environment']['device']}; each candidate "
+        f"trained on for {payload['epochs']} epochs from the run.",
+        "",
+    ]
+    for name, run in payload["runs"].items():
+        chosen = choice(run["rows"], run["null"])
+        control = run["rows"][0]
+        lines += [
+            f"## {name} ({run['dataset']}, seed {run['seed']})",
+            "",
+            f"| {payload['path'].upper()} dropped from layers | test acc % | log evidence "
+            "| vs control | train log lik | collapsed |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for r in run["rows"]:
+            span = f"1-{r['k']}" if r["k"] > 1 else ("1" if r["k"] == 1 else "none")
+            lines.append(
+                f"| {span} | {100 * r['test_accuracy']:.2f} | {r['log_evidence']:.0f} "
+                f"| {r['log_evidence'] - control['log_evidence']:+.0f} "
+                f"| {r['log_likelihood']:.0f} "
+                f"| {'yes' if r['k'] and collapsed(r, control, run['null']) else ''} |"
+            )
+        lines += [
+            "",
+            f"The evidence drops {payload['path'].upper()} from the first {chosen['k']} of "
+            f"{len(run['rows']) - 1} layers ({100 * chosen['test_accuracy']:.2f}% test "
+            f"accuracy). No network (the class frequencies): {run['null']['log_evidence']:.0f}.",
+            "",
+        ]
+    return "\n".join(lines + payload.get("notes", [])) + "\n"
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="learned runs of ella train")
+    parser.add_argument("--path", default="fc", choices=["fc", "conv", "gconv"])
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--results-dir", required=True)
+    args = parser.parse_args(argv)
+    for run in args.runs:  # refused before any work: what cannot be dropped, no such path
+        if args.path not in check_droppable(run, args.epochs):
+            parser.error(f"{run} has no {args.path} path")
+    out = Path(args.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    file = out / f"{NAME}.json"
+    payload = read_json(file, "earlier results") if file.is_file() else {}
+    if payload.get("path") != args.path or payload.get("epochs") != args.epochs:
+        payload = {"path": args.path, "epochs": args.epochs, "runs": {}}
+    payload["command"] = (
+        f"python -m benchmarks.{NAME} {' '.join(Path(r).name for r in args.runs)} "
+        f"--path {args.path} --epochs {args.epochs}"
+    )
+    payload["environment"] = environment("cpu")
+    for run in map(Path, args.runs):
+        config = read_json(run / "config.json", "run's config")
+        entry = payload["runs"].setdefault(
+            run.name,
+            {"dataset": config["dataset"], "seed": config["seed"], "null": null_model(run)},
+        )
+
+        def save(rows, entry=entry):
+            entry["rows"] = rows
+            save_json(payload, file)
+
+        depth_rows(run, args.path, args.epochs, entry.get("rows", []), save)
+    save_text(markdown(payload), out / f"{NAME}.md")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
