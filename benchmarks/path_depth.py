@@ -113,8 +113,19 @@ def main(argv=None) -> dict:
         f"--path {args.path} --epochs {args.epochs}"
     )
     payload["environment"] = environment("cpu")
-    for run in map(Path, args.runs):
-        config = read_json(run / "config.json", "run's config")
+    configs = {run: read_json(Path(run) / "config.json", "run's config") for run in args.runs}
+    names = [Path(run).name for run in args.runs]
+    for run, config in configs.items():  # a run's rows are kept under its directory's name
+        earlier = payload["runs"].get(Path(run).name)
+        this = (config["dataset"], config["seed"])
+        other = earlier is not None and (earlier["dataset"], earlier["seed"]) != this
+        if names.count(Path(run).name) > 1 or other:
+            parser.error(
+                f"{file} keeps the rows of runs by their directory's name, and another run "
+                f"is named {Path(run).name}: use another --results-dir"
+            )
+    for run, config in configs.items():
+        run = Path(run)
         entry = payload["runs"].setdefault(
             run.name,
             {"dataset": config["dataset"], "seed": config["seed"], "null": null_model(run)},

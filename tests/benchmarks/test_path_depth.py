@@ -51,3 +51,16 @@ def test_a_path_the_run_does_not_have_is_refused_before_any_work(tmp_path, capsy
         path_depth.main([str(run), "--path", "gconv", "--results-dir", str(tmp_path / "out")])
     assert "has no gconv path" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_two_runs_of_one_name_are_refused_before_any_work(tmp_path, capsys):
+    from ella.train import train
+    from tests.train.test_loop import tiny_config
+
+    for parent in ("a", "b"):
+        train(tiny_config(epochs=1, paths=("fc", "conv")), tmp_path / parent / "run")
+    runs = [str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]
+    with pytest.raises(SystemExit):
+        path_depth.main([*runs, "--results-dir", str(tmp_path / "out")])
+    assert "another run is named run" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "path_depth.json").exists()
