@@ -22,19 +22,17 @@ from pathlib import Path
 
 from benchmarks._common import environment
 from ella.io import save_json, save_text
-from ella.marglik import PriorStructure
-from ella.pathdrop import check_droppable, collapsed, load_learned_run, null_model, train_on
-from ella.rundir import read_json
+from ella.pathdrop import check_droppable, collapsed, null_model, train_on
+from ella.rundir import RESULTS, read_json
 
 NAME = "path_depth"
 
 
 def relaxed_layers(run_dir: Path) -> list[str]:
-    """The run's relaxed layers (``layer1`` ...), input first."""
-    run, _ = load_learned_run(run_dir)
-    groups = PriorStructure(run.net, "layer_path").tensor_groups
-    names = dict.fromkeys(g.rpartition(".")[0] for g in groups if g.startswith("layer"))
-    return sorted(names, key=lambda name: int(name.removeprefix("layer")))
+    """The run's relaxed layers (``layer1`` ...), input first, as its results name them
+    (the prefixes of its prior groups, ``layer3.fc``); read without loading the run."""
+    results = read_json(Path(run_dir) / RESULTS, "run's results")
+    return [layer["layer"] for layer in results["effective_parameters"]]
 
 
 def depth_rows(run_dir: Path, path: str, epochs: int, saved: list[dict], save) -> list[dict]:
@@ -102,6 +100,7 @@ def main(argv=None) -> dict:
     for run in args.runs:  # refused before any work: what cannot be dropped, no such path
         if args.path not in check_droppable(run, args.epochs):
             parser.error(f"{run} has no {args.path} path")
+        relaxed_layers(run)  # an unfinished run has no results.json: its error, now
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     file = out / f"{NAME}.json"
