@@ -8,9 +8,12 @@ on for ``--epochs`` with ``--path`` at zero in its first k relaxed layers
 evidence of the network it leaves (exact GGN, every group's precision at its optimum).
 The evidence's choice is the k with the highest evidence among the candidates that did
 not collapse (:func:`ella.pathdrop.collapsed`): the path is dropped from layers 1..k
-and kept after.
+and kept after. ``--side output`` asks the mirror question, the path at zero in the last
+k layers (symmetry kept near the input, broken near the output: the question for the
+symmetric paths).
 
     python -m benchmarks.path_depth RUN [RUN ...] --path fc --results-dir DIR
+    python -m benchmarks.path_depth RUN [RUN ...] --path gconv --side output --results-dir DIR
 
 Every candidate is saved as it finishes (``path_depth.json``); a second call reuses them.
 """
@@ -27,6 +30,9 @@ from ella.rundir import RESULTS, read_json
 
 NAME = "path_depth"
 
+#: the end of the network from which a sweep drops the path: the first k layers or the last k
+SIDES = ("input", "output")
+
 
 def relaxed_layers(run_dir: Path) -> list[str]:
     """The run's relaxed layers (``layer1`` ...), input first, as its results name them
@@ -35,13 +41,30 @@ def relaxed_layers(run_dir: Path) -> list[str]:
     return [layer["layer"] for layer in results["effective_parameters"]]
 
 
-def depth_rows(run_dir: Path, path: str, epochs: int, saved: list[dict], save) -> list[dict]:
-    """One row per k (``path`` dropped from the first k layers), reusing ``saved`` rows;
-    ``save(rows)`` after each new one."""
+def dropped_layers(layers: list[str], k: int, side: str) -> list[str]:
+    """The k layers of ``layers`` (input first) nearest the ``side`` end, input first."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, not {side!r}")
+    return layers[:k] if side == "input" else layers[len(layers) - k :]
+
+
+def span(k: int, n_layers: int, side: str) -> str:
+    """The layers a row drops, numbered from 1 at the input: ``1-3``, ``7-8``, ``none``."""
+    if k == 0:
+        return "none"
+    first, last = (1, k) if side == "input" else (n_layers - k + 1, n_layers)
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def depth_rows(
+    run_dir: Path, path: str, epochs: int, saved: list[dict], save, side: str = "input"
+) -> list[dict]:
+    """One row per k (``path`` dropped from the k layers nearest the ``side`` end),
+    reusing ``saved`` rows; ``save(rows)`` after each new one."""
     layers = relaxed_layers(run_dir)
     rows = list(saved)
     for k in range(len(rows), len(layers) + 1):
-        dropped = [f"{layer}.{path}" for layer in layers[:k]]
+        dropped = [f"{layer}.{path}" for layer in dropped_layers(layers, k, side)]
         row, _ = train_on(run_dir, dropped, epochs, progress=True)
         rows.append({"k": k, "dropped": dropped, **row})
         save(rows)
@@ -62,9 +85,11 @@ def markdown(payload: dict) -> str:
         f"trained on for {payload['epochs']} epochs from the run.",
         "",
     ]
+    side = payload.get("side", "input")
     for name, run in payload["runs"].items():
         chosen = choice(run["rows"], run["null"])
         control = run["rows"][0]
+        n_layers = len(run["rows"]) - 1
         lines += [
             f"## {name} ({run['dataset']}, seed {run['seed']})",
             "",
@@ -73,17 +98,18 @@ def markdown(payload: dict) -> str:
             "|---|---:|---:|---:|---:|---|",
         ]
         for r in run["rows"]:
-            span = f"1-{r['k']}" if r["k"] > 1 else ("1" if r["k"] == 1 else "none")
             lines.append(
-                f"| {span} | {100 * r['test_accuracy']:.2f} | {r['log_evidence']:.0f} "
+                f"| {span(r['k'], n_layers, side)} | {100 * r['test_accuracy']:.2f} "
+                f"| {r['log_evidence']:.0f} "
                 f"| {r['log_evidence'] - control['log_evidence']:+.0f} "
                 f"| {r['log_likelihood']:.0f} "
                 f"| {'yes' if r['k'] and collapsed(r, control, run['null']) else ''} |"
             )
         lines += [
             "",
-            f"The evidence drops {payload['path'].upper()} from the first {chosen['k']} of "
-            f"{len(run['rows']) - 1} layers ({100 * chosen['test_accuracy']:.2f}% test "
+            f"The evidence drops {payload['path'].upper()} from the "
+            f"{'first' if side == 'input' else 'last'} {chosen['k']} of {n_layers} layers "
+            f"({100 * chosen['test_accuracy']:.2f}% test "
             f"accuracy). No network (the class frequencies): {run['null']['log_evidence']:.0f}.",
             "",
         ]
@@ -95,6 +121,12 @@ def main(argv=None) -> dict:
     parser.add_argument("runs", nargs="+", help="learned runs of ella train")
     parser.add_argument("--path", default="fc", choices=["fc", "conv", "gconv"])
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument(
+        "--side",
+        default="input",
+        choices=SIDES,
+        help="drop the path from the first k layers (input, default) or the last k (output)",
+    )
     parser.add_argument("--results-dir", required=True)
     args = parser.parse_args(argv)
     for run in args.runs:  # refused before any work: what cannot be dropped, no such path
@@ -105,11 +137,14 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     file = out / f"{NAME}.json"
     payload = read_json(file, "earlier results") if file.is_file() else {}
-    if payload.get("path") != args.path or payload.get("epochs") != args.epochs:
-        payload = {"path": args.path, "epochs": args.epochs, "runs": {}}
+    asked = {"path": args.path, "epochs": args.epochs, "side": args.side}
+    if {key: payload.get(key, "input" if key == "side" else None) for key in asked} != asked:
+        payload = {**asked, "runs": {}}
+    payload.update(asked)
     payload["command"] = (
         f"python -m benchmarks.{NAME} {' '.join(Path(r).name for r in args.runs)} "
         f"--path {args.path} --epochs {args.epochs}"
+        + (f" --side {args.side}" if args.side != "input" else "")
     )
     payload["environment"] = environment("cpu")
     configs = {run: read_json(Path(run) / "config.json", "run's config") for run in args.runs}
@@ -134,7 +169,7 @@ def main(argv=None) -> dict:
             entry["rows"] = rows
             save_json(payload, file)
 
-        depth_rows(run, args.path, args.epochs, entry.get("rows", []), save)
+        depth_rows(run, args.path, args.epochs, entry.get("rows", []), save, args.side)
     save_text(markdown(payload), out / f"{NAME}.md")
     return payload
 

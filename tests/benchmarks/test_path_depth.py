@@ -41,6 +41,31 @@ def test_markdown_names_the_chosen_depth_and_the_collapsed_rows():
     assert "| none | 90.00 | -500 | +0 | -100 |  |" in text
 
 
+def test_the_output_side_drops_the_last_layers_and_names_them():
+    layers = [f"layer{i}" for i in range(1, 9)]
+    assert path_depth.dropped_layers(layers, 3, "input") == ["layer1", "layer2", "layer3"]
+    assert path_depth.dropped_layers(layers, 3, "output") == ["layer6", "layer7", "layer8"]
+    assert path_depth.dropped_layers(layers, 0, "output") == []
+    assert path_depth.dropped_layers(layers, 8, "output") == layers
+    with pytest.raises(ValueError, match="side must be one of"):
+        path_depth.dropped_layers(layers, 1, "middle")
+    assert [path_depth.span(k, 8, "output") for k in (0, 1, 2, 8)] == ["none", "8", "7-8", "1-8"]
+    assert [path_depth.span(k, 8, "input") for k in (0, 1, 2)] == ["none", "1", "1-2"]
+    rows = [depth_row(0, -500.0), depth_row(1, -450.0), depth_row(2, -600.0)]
+    payload = {
+        "path": "gconv",
+        "epochs": 3,
+        "side": "output",
+        "command": "python -m benchmarks.path_depth run --path gconv --side output",
+        "environment": {"device": "cpu"},
+        "runs": {"run": {"dataset": "mnist", "seed": 0, "null": NULL, "rows": rows}},
+    }
+    text = path_depth.markdown(payload)
+    assert "The evidence drops GCONV from the last 1 of 2 layers" in text
+    assert "| 2 | 90.00 | -450 | +50 |" in text
+    assert "| 1-2 | 90.00 | -600 | -100 |" in text
+
+
 def test_a_path_the_run_does_not_have_is_refused_before_any_work(tmp_path, capsys):
     from ella.train import train
     from tests.train.test_loop import tiny_config
