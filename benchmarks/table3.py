@@ -194,8 +194,9 @@ ANALYSIS = {
         "there, but keeps every path in every layer. From the output side (--side output, "
         "GCONV at zero in the last k layers; path_depth_table3_gconv_output/) the evidence "
         "drops GCONV on MNIST from the last 2 (seed 0) and 4 (seed 1) layers and keeps it "
-        "before them (+614 and +617 nats), rotation equivariance near the input only; on "
-        "rotated MNIST every removal raises it (best: the last 3 and 6 layers).",
+        "before them (+614 and +617 nats), rotation equivariance near the input only, and "
+        "CONV from the last 5 at both seeds (+1680 and +3118; path_depth_table3_conv_output/); "
+        "on rotated MNIST every removal of either raises it.",
         "analysis of the rows before --gconv-lr auto (this file at commit 43136c9; written by "
         "hand from that file, table3_seed1/ and four extra runs, 2026-11-25, "
         "after ella train's FC path began at zero, --zero-init fc, which the profile names, chosen "
