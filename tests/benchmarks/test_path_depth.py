@@ -17,6 +17,18 @@ def depth_row(k, evidence, likelihood=-100.0, accuracy=0.9):
     }
 
 
+def one_run_payload(path, rows, **extra):
+    """A results file of one run's sweep, as path_depth.main writes it."""
+    return {
+        "path": path,
+        "epochs": 3,
+        **extra,
+        "command": f"python -m benchmarks.path_depth run --path {path} --epochs 3",
+        "environment": {"device": "cpu"},
+        "runs": {"run": {"dataset": "mnist", "seed": 0, "null": NULL, "rows": rows}},
+    }
+
+
 def test_choice_is_the_best_evidence_among_the_candidates_that_kept_their_fit():
     rows = [depth_row(0, -500.0), depth_row(1, -450.0), depth_row(2, -300.0, likelihood=-800.0)]
     # k = 2 has the best evidence but kept 200 of the control's 900 nats over the null
@@ -28,14 +40,7 @@ def test_choice_is_the_best_evidence_among_the_candidates_that_kept_their_fit():
 
 def test_markdown_names_the_chosen_depth_and_the_collapsed_rows():
     rows = [depth_row(0, -500.0), depth_row(1, -450.0), depth_row(2, -300.0, likelihood=-800.0)]
-    payload = {
-        "path": "fc",
-        "epochs": 3,
-        "command": "python -m benchmarks.path_depth run --path fc --epochs 3",
-        "environment": {"device": "cpu"},
-        "runs": {"run": {"dataset": "quadrant40_mnist", "seed": 0, "null": NULL, "rows": rows}},
-    }
-    text = path_depth.markdown(payload)
+    text = path_depth.markdown(one_run_payload("fc", rows))
     assert "The evidence drops FC from the first 1 of 2 layers (90.00% test accuracy)" in text
     assert "| 1-2 | 90.00 | -300 | +200 | -800 | yes |" in text
     assert "| none | 90.00 | -500 | +0 | -100 |  |" in text
@@ -52,15 +57,7 @@ def test_the_output_side_drops_the_last_layers_and_names_them():
     assert [path_depth.span(k, 8, "output") for k in (0, 1, 2, 8)] == ["none", "8", "7-8", "1-8"]
     assert [path_depth.span(k, 8, "input") for k in (0, 1, 2)] == ["none", "1", "1-2"]
     rows = [depth_row(0, -500.0), depth_row(1, -450.0), depth_row(2, -600.0)]
-    payload = {
-        "path": "gconv",
-        "epochs": 3,
-        "side": "output",
-        "command": "python -m benchmarks.path_depth run --path gconv --side output",
-        "environment": {"device": "cpu"},
-        "runs": {"run": {"dataset": "mnist", "seed": 0, "null": NULL, "rows": rows}},
-    }
-    text = path_depth.markdown(payload)
+    text = path_depth.markdown(one_run_payload("gconv", rows, side="output"))
     assert "The evidence drops GCONV from the last 1 of 2 layers" in text
     assert "| 2 | 90.00 | -450 | +50 |" in text
     assert "| 1-2 | 90.00 | -600 | -100 |" in text
