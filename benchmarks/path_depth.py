@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks._common import environment
 from ella.io import save_json, save_text
-from ella.pathdrop import check_droppable, collapsed, null_model, train_on
+from ella.pathdrop import check_droppable, collapsed, kept_their_fit, null_model, train_on
 from ella.rundir import RESULTS, read_json
 
 NAME = "path_depth"
@@ -73,8 +73,7 @@ def depth_rows(
 
 def choice(rows: list[dict], null: dict) -> dict:
     """The row of highest evidence among those that kept their fit (the control always)."""
-    fitting = [r for r in rows if r["k"] == 0 or not collapsed(r, rows[0], null)]
-    return max(fitting, key=lambda r: r["log_evidence"])
+    return max([rows[0], *kept_their_fit(rows, null)], key=lambda r: r["log_evidence"])
 
 
 def markdown(payload: dict) -> str:
@@ -138,8 +137,9 @@ def main(argv=None) -> dict:
     file = out / f"{NAME}.json"
     payload = read_json(file, "earlier results") if file.is_file() else {}
     asked = {"path": args.path, "epochs": args.epochs, "side": args.side}
-    if {key: payload.get(key, "input" if key == "side" else None) for key in asked} != asked:
-        payload = {**asked, "runs": {}}
+    earlier = {"side": "input", **payload}  # files from before --side swept the input side
+    if any(earlier.get(key) != value for key, value in asked.items()):
+        payload = {"runs": {}}
     payload.update(asked)
     payload["command"] = (
         f"python -m benchmarks.{NAME} {' '.join(Path(r).name for r in args.runs)} "

@@ -40,7 +40,7 @@ from pathlib import Path
 from benchmarks import table1, table3
 from benchmarks._runner import claims_markdown, common_arguments, header_line, stamp, write
 from ella.nn import PATH_NAMES
-from ella.pathdrop import collapsed, select_paths
+from ella.pathdrop import kept_their_fit, select_paths
 from ella.rundir import CHECKPOINT, RESULTS, read_json
 from ella.train import TrainConfig, train
 
@@ -335,9 +335,7 @@ def markdown(payload: dict, table: Table) -> str:
             control = this["rows"][0]["log_evidence"]
             if this["winner"] == "none":
                 # the best candidate that could have won: a collapsed one cannot
-                fitting = [
-                    x for x in this["rows"][1:] if not collapsed(x, this["rows"][0], r["null"])
-                ]
+                fitting = kept_their_fit(this["rows"], r["null"])
                 if fitting:
                     best = max(fitting, key=lambda x: x["log_evidence"])
                     steps.append(

@@ -313,6 +313,12 @@ def collapsed(row: dict, control: dict, null: dict) -> bool:
     return gain < KEPT_FIT * (control["log_likelihood"] - null["log_likelihood"])
 
 
+def kept_their_fit(rows: list[dict], null: dict) -> list[dict]:
+    """The candidates of ``rows`` (``rows[0]`` the control, the rest candidates) that have
+    not :func:`collapsed`: those that may win against the control."""
+    return [row for row in rows[1:] if not collapsed(row, rows[0], null)]
+
+
 def null_model(run_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, float]:
     """:func:`class_frequency_model` of a run's training labels."""
     from ella.train.runs import load_run
