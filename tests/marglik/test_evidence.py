@@ -222,3 +222,16 @@ def test_instance_norm_leaves_a_flat_direction_in_weights_and_precisions(float64
     # the same move without the precisions' half changes it: the direction is joint
     log_prec[moved] += 2 * math.log(c)
     assert abs(log_evidence() - before) > 1e-3 * abs(before)
+
+
+@pytest.mark.parametrize("n_tensors", [1, 6, 200])
+def test_order_by_group_is_the_stable_argsort_of_the_repeated_groups(n_tensors):
+    """The permutation built from the tensors' slices equals sorting every value by its
+    tensor's group, ties in their order (empty tensors included)."""
+    from ella.marglik.evidence import order_by_group
+
+    generator = torch.Generator().manual_seed(n_tensors)
+    groups = torch.randint(0, 5, (n_tensors,), generator=generator)
+    sizes = torch.randint(0, 40, (n_tensors,), generator=generator)
+    expected = torch.argsort(groups.repeat_interleave(sizes), stable=True)
+    assert torch.equal(order_by_group(groups, sizes), expected)
