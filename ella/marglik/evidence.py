@@ -225,7 +225,7 @@ def order_by_group(group_of_tensor: torch.Tensor, sizes: torch.Tensor) -> torch.
     tensor ``t``, (T,)) by their tensor's group (``group_of_tensor``, (T,)), stably.
 
     The same as ``argsort(group_of_tensor.repeat_interleave(sizes), stable=True)``, built
-    from the tensors' slices instead of sorting every value: 3 against 35 ms for the
+    from the tensors' slices instead of sorting every value: 7-20 against 35-45 ms for the
     2.4 million eigenvalues of the default mixer (2 threads).
 
     Returns:
