@@ -29,14 +29,13 @@ the attribute, instead of the evidence going wrong somewhere else.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 from laplace.utils.matrix import Kron, KronDecomposed
 
 from ella.errors import EvidenceError
-from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, eigvalsh
+from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, batched_eigvalsh, eigvalsh
 
 __all__ = [
     "LazyKronDecomposed",
@@ -114,35 +113,6 @@ def _factor_eigenvectors(factor: torch.Tensor) -> torch.Tensor:
     return _robust_symmetric(torch.linalg.eigh, factor)[1]
 
 
-def batched_eigvalsh(stacks: list[torch.Tensor]) -> list[torch.Tensor | None]:
-    """``torch.linalg.eigvalsh(stack, UPLO="U")`` of each batch of factors (K, n, n), or
-    ``None`` for a batch on which LAPACK did not converge.
-
-    On the CPU torch decomposes a batch one matrix after the other on one thread,
-    whatever ``torch.get_num_threads()`` says (``torch.linalg.eigvalsh`` of 832
-    49 x 49 factors took 40 ms with 2 threads and with 1). So each CPU batch is split
-    into as many parts as torch has threads and the parts run in a thread pool (torch
-    releases the GIL): 21 against 40 ms for those 832, 38 against 85 for 96 of
-    196 x 196, on 2 threads (torch 2.x, 2026-11-27). Each matrix still meets the same
-    LAPACK routine alone, so the eigenvalues are the same bit for bit.
-    """
-    workers = torch.get_num_threads()
-    jobs: list[list[Future]] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for stack in stacks:
-            parts = stack.tensor_split(workers) if stack.device.type == "cpu" else [stack]
-            jobs.append(
-                [pool.submit(torch.linalg.eigvalsh, part, UPLO="U") for part in parts if len(part)]
-            )
-    results: list[torch.Tensor | None] = []
-    for parts in jobs:
-        try:
-            results.append(torch.cat([job.result() for job in parts]))
-        except RuntimeError:  # did not converge on one of them
-            results.append(None)
-    return results
-
-
 def _eigenvalues_of(factors: list[torch.Tensor]) -> list[torch.Tensor]:
     """:func:`_factor_eigenvalues` of each factor; the dense ones below
     ``SCIPY_EIGVALSH_MIN_SIZE`` of one shape, dtype and device in one batched
@@ -163,8 +133,7 @@ def _eigenvalues_of(factors: list[torch.Tensor]) -> list[torch.Tensor]:
             [False] * len(members) if values is None else torch.isfinite(values).all(-1).tolist()
         )
         for n, k in enumerate(members):
-            ok = values is not None and finite[n]
-            results[k] = values[n].clamp(min=0.0) if ok else _factor_eigenvalues(factors[k])
+            results[k] = values[n].clamp(min=0.0) if finite[n] else _factor_eigenvalues(factors[k])
     return results
 
 

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-__all__ = ["SCIPY_EIGVALSH_MIN_SIZE", "eigvalsh", "scipy_blas_threads_match"]
+__all__ = [
+    "SCIPY_EIGVALSH_MIN_SIZE",
+    "batched_eigvalsh",
+    "eigvalsh",
+    "scipy_blas_threads_match",
+]
 
 #: from this size on, a CPU factor's eigenvalues come from scipy's LAPACK (see :func:`eigvalsh`)
 SCIPY_EIGVALSH_MIN_SIZE = 256
@@ -69,3 +75,32 @@ def eigvalsh(factor: torch.Tensor, UPLO: str = "U") -> torch.Tensor:
     except np.linalg.LinAlgError as err:
         raise RuntimeError(f"eigvalsh did not converge: {err}") from err
     return torch.from_numpy(values).to(factor.dtype)
+
+
+def batched_eigvalsh(stacks: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """``torch.linalg.eigvalsh(stack, UPLO="U")`` of each batch of factors (K, n, n), or
+    ``None`` for a batch on which LAPACK did not converge.
+
+    On the CPU torch decomposes a batch one matrix after the other on one thread,
+    whatever ``torch.get_num_threads()`` says (``torch.linalg.eigvalsh`` of 832
+    49 x 49 factors took 40 ms with 2 threads and with 1). So each CPU batch is split
+    into as many parts as torch has threads and the parts run in a thread pool (torch
+    releases the GIL): 21 against 40 ms for those 832, 38 against 85 for 96 of
+    196 x 196, on 2 threads (torch 2.x, 2026-11-27). Each matrix still meets the same
+    LAPACK routine alone, so the eigenvalues are the same bit for bit.
+    """
+    workers = torch.get_num_threads()
+    jobs: list[list[Future]] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for stack in stacks:
+            parts = stack.tensor_split(workers) if stack.device.type == "cpu" else [stack]
+            jobs.append(
+                [pool.submit(torch.linalg.eigvalsh, part, UPLO="U") for part in parts if len(part)]
+            )
+    results: list[torch.Tensor | None] = []
+    for parts in jobs:
+        try:
+            results.append(torch.cat([job.result() for job in parts]))
+        except RuntimeError:  # did not converge on one of them
+            results.append(None)
+    return results

@@ -270,33 +270,3 @@ def test_small_factors_of_one_shape_are_decomposed_in_one_batch(float64, monkeyp
     assert shapes == [(3, 5, 5), (5, 5), (5, 5), (5, 5)]
     for factor, lam in zip(grams[:3], values, strict=True):
         torch.testing.assert_close(lam, real(factor).clamp(min=0))
-
-
-def test_a_batch_is_split_over_torch_threads_with_the_same_eigenvalues(monkeypatch):
-    """torch decomposes a CPU batch on one thread, so it is split into one part per
-    thread; each matrix meets LAPACK alone either way, so the values are bit-identical,
-    and a part LAPACK does not converge on makes its whole batch ``None``."""
-    from ella.marglik.laplace_internals import batched_eigvalsh
-
-    torch.manual_seed(0)
-    x = torch.randn(7, 5, 12)
-    stack, small = x @ x.transpose(1, 2), torch.eye(4)[None]
-    real, shapes = torch.linalg.eigvalsh, []
-
-    def counting(matrix, UPLO="L"):
-        shapes.append(tuple(matrix.shape))
-        return real(matrix, UPLO=UPLO)
-
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
-    monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
-    values, one = batched_eigvalsh([stack, small])
-    assert sorted(shapes) == [(1, 4, 4), (2, 5, 5), (2, 5, 5), (3, 5, 5)]
-    assert torch.equal(values, real(stack, UPLO="U")) and torch.equal(one, real(small))
-
-    def last_part_fails(matrix, UPLO="L"):
-        if matrix.shape[0] == 2 and torch.equal(matrix, stack[-2:]):
-            raise RuntimeError("linalg.eigvalsh: the algorithm failed to converge")
-        return real(matrix, UPLO=UPLO)
-
-    monkeypatch.setattr(torch.linalg, "eigvalsh", last_part_fails)
-    assert batched_eigvalsh([stack, small])[0] is None

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ella.marglik import linalg
-from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, eigvalsh
+from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, batched_eigvalsh, eigvalsh
 
 
 def symmetric(n: int, dtype=torch.float64) -> torch.Tensor:
@@ -89,3 +89,31 @@ def test_scipy_only_where_openblas_would_use_torchs_thread_count(monkeypatch):
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert real() == (len(os.sched_getaffinity(0)) == threads)
+
+
+def test_a_batch_is_split_over_torch_threads_with_the_same_eigenvalues(monkeypatch):
+    """torch decomposes a CPU batch on one thread, so it is split into one part per
+    thread; each matrix meets LAPACK alone either way, so the values are bit-identical,
+    and a part LAPACK does not converge on makes its whole batch ``None``."""
+    torch.manual_seed(0)
+    x = torch.randn(7, 5, 12)
+    stack, small = x @ x.transpose(1, 2), torch.eye(4)[None]
+    real, shapes = torch.linalg.eigvalsh, []
+
+    def counting(matrix, UPLO="L"):
+        shapes.append(tuple(matrix.shape))
+        return real(matrix, UPLO=UPLO)
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
+    values, one = batched_eigvalsh([stack, small])
+    assert sorted(shapes) == [(1, 4, 4), (2, 5, 5), (2, 5, 5), (3, 5, 5)]
+    assert torch.equal(values, real(stack, UPLO="U")) and torch.equal(one, real(small))
+
+    def last_part_fails(matrix, UPLO="L"):
+        if matrix.shape[0] == 2 and torch.equal(matrix, stack[-2:]):
+            raise RuntimeError("linalg.eigvalsh: the algorithm failed to converge")
+        return real(matrix, UPLO=UPLO)
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", last_part_fails)
+    assert batched_eigvalsh([stack, small])[0] is None
