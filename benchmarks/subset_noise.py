@@ -1,0 +1,199 @@
+"""How noisy is the subset evidence? Each round's prior optimum over fresh subsets.
+
+Every evidence round of ``ella train`` fits the Kronecker factors on ``marglik_subset_size``
+training images drawn afresh and scales likelihood and curvature to the run's ``N`` images
+(issue 12's stochastic subset evidence; Immer et al., ICML 2023). For finished runs, on their
+final weights, this script refits the evidence on ``--draws`` subsets of each size ``M``
+(the subsets the rounds of epochs 1, 2, ... would draw; the MC GGN's labels seeded per
+draw) and once on all ``N`` images, and reports per run and ``M``:
+
+* the spread (standard deviation over the draws) of each prior group's closed-form optimal
+  log precision (:meth:`ella.marglik.LaplaceEvidence.optimal_log_prior`), and the offset of
+  the draws' mean from the optimum on all ``N`` images;
+* the largest change of a log precision in a round that this noise alone gives under the
+  damped update of ``ella train`` (:func:`noise_change_scale`), against the convergence
+  tolerance of :func:`ella.learner.prior_convergence`;
+* the log evidence at each draw's optimum (mean and spread) and on all ``N`` images.
+
+Run by hand (issue 13); the figures are in ``benchmarks/results/recipe.md``::
+
+    python -m benchmarks.subset_noise RUN_DIR [RUN_DIR ...] [--sizes 1000 4000]
+        [--draws 16] [--ggn exact]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import tempfile
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ella.choices import GGN
+from ella.rundir import read_json
+from ella.train import Trainer
+from ella.train.runs import load_run
+
+#: the convergence tolerance of ``ella train``'s report (ella.learner.prior_convergence)
+TOLERANCE = 0.05
+
+
+def noise_change_scale(step: float) -> float:
+    """Standard deviation of one round's change of a log precision, per unit of the noise in
+    the rounds' optima, once the damped update has forgotten its start.
+
+    The update ``x_{t+1} = x_t + s (o_t - x_t)`` with independent optima ``o_t`` of variance
+    ``sigma^2`` leaves ``x`` with variance ``s sigma^2 / (2 - s)``, and the change
+    ``s (o_t - x_t)`` with variance ``s^2 (sigma^2 + s sigma^2 / (2 - s)) =
+    2 s^2 sigma^2 / (2 - s)``.
+
+    Args:
+        step: the fraction ``s`` in (0, 1] of the way to each round's optimum
+            (``--prior-step``; 1 when the rounds go to the optimum).
+    """
+    return step * math.sqrt(2.0 / (2.0 - step))
+
+
+def expected_largest_change(sigma: torch.Tensor, step: float, samples: int = 20000) -> float:
+    """Mean over ``samples`` simulated rounds of the largest ``|change|`` over the groups,
+    each group's change Gaussian with standard deviation ``noise_change_scale(step) * sigma``
+    (a seeded simulation; ``sigma``: (G,) the groups' spreads of the optimum)."""
+    generator = torch.Generator().manual_seed(0)
+    scale = noise_change_scale(step) * sigma.double()
+    changes = torch.randn(samples, len(sigma), generator=generator, dtype=torch.float64) * scale
+    return float(changes.abs().amax(dim=1).mean())
+
+
+def trainer_for(run_dir: Path, subset_size: int | None, ggn: GGN | None) -> Trainer:
+    """A trainer built as the run's was, with the run's final weights, whose evidence
+    rounds draw ``subset_size`` images (``None``: all of them), with ``ggn`` if given."""
+    run = load_run(run_dir)
+    changes: dict = dict(progress=False, marglik_subset_size=subset_size)
+    if ggn is not None:
+        changes["ggn"] = ggn
+    trainer = Trainer(dataclasses.replace(run.config, **changes), tempfile.mkdtemp() + "/run")
+    trainer.net.load_state_dict(run.net.state_dict())
+    return trainer
+
+
+def optimum(trainer: Trainer, draw: int) -> tuple[torch.Tensor, float]:
+    """The closed-form optimal log precisions (G,) and the log evidence there, on the subset
+    that the round after epoch ``draw`` would fit (the MC labels seeded by ``draw``)."""
+    trainer.state.epoch = draw
+    torch.manual_seed(draw)
+    evidence = trainer.fit_evidence()
+    best = evidence.optimal_log_prior().detach()
+    with torch.no_grad():
+        return best, float(evidence.log_marginal_likelihood(best))
+
+
+def measure(
+    run_dir: Path, sizes: list[int], draws: int, ggn: GGN | None = None, progress: bool = True
+) -> dict:
+    """The spreads of :func:`optimum` over ``draws`` subsets of each size, and the fit on
+    all images, for one run directory (see the module's docstring)."""
+    results = read_json(run_dir / "results.json", "run's results")
+    full_trainer = trainer_for(run_dir, None, ggn)
+    n_train, step = full_trainer.n_train, full_trainer.config.prior_step
+    names = list(full_trainer.prior.as_dict(torch.zeros(full_trainer.prior.n_groups)))
+    full, full_value = optimum(full_trainer, 0)
+    row: dict = {
+        "run": str(run_dir),
+        "dataset": full_trainer.config.dataset,
+        "n_train": n_train,
+        "ggn": str(full_trainer.config.ggn),
+        "prior_step": step,
+        "run_last_change": (results.get("prior_convergence") or {}).get("last_change"),
+        "full_log_evidence": full_value,
+        "sizes": [],
+    }
+    for size in sizes:
+        trainer = trainer_for(run_dir, size, ggn) if size < n_train else full_trainer
+        found = [
+            optimum(trainer, draw)
+            for draw in tqdm(range(1, draws + 1), desc=f"M={size}", disable=not progress)
+        ]
+        optima = torch.stack([best for best, _ in found])
+        values = torch.tensor([value for _, value in found], dtype=torch.float64)
+        sigma = optima.std(dim=0)
+        offset = optima.mean(dim=0) - full
+        row["sizes"].append(
+            {
+                "subset_size": size,
+                "draws": draws,
+                "sd_median": float(sigma.median()),
+                "sd_max": float(sigma.max()),
+                "sd_max_group": names[int(sigma.argmax())],
+                "offset_median": float(offset.abs().median()),
+                "offset_max": float(offset.abs().max()),
+                "offset_max_group": names[int(offset.abs().argmax())],
+                "expected_largest_change": expected_largest_change(sigma, step),
+                "log_evidence_mean": float(values.mean()),
+                "log_evidence_sd": float(values.std()),
+                "sd": dict(zip(names, sigma.tolist(), strict=True)),
+                "offset": dict(zip(names, offset.tolist(), strict=True)),
+            }
+        )
+    return row
+
+
+def markdown(rows: list[dict]) -> str:
+    """One table row per run and subset size."""
+    lines = [
+        "| run | data set | N | GGN | M | sd of the optimum: median / max (group) "
+        "| mean - all-N optimum: median / max | largest change from the noise "
+        "(the run's last) | log evidence: draws | all N |",
+        "|---|---|---:|---|---:|---|---|---|---|---:|",
+    ]
+    for row in rows:
+        last = row["run_last_change"]
+        for size in row["sizes"]:
+            lines.append(
+                f"| {row['run']} | {row['dataset']} | {row['n_train']} | {row['ggn']} "
+                f"| {size['subset_size']} ({size['draws']} draws) "
+                f"| {size['sd_median']:.3f} / {size['sd_max']:.3f} ({size['sd_max_group']}) "
+                f"| {size['offset_median']:.3f} / {size['offset_max']:.3f} "
+                f"| {size['expected_largest_change']:.3f} "
+                f"({'-' if last is None else f'{last:.3f}'}) "
+                f"| {size['log_evidence_mean']:.0f} ± {size['log_evidence_sd']:.0f} "
+                f"| {row['full_log_evidence']:.0f} |"
+            )
+    lines.append(
+        f"\nLargest change: the mean over simulated rounds of the largest |change| of a log "
+        f"precision under the run's damped update, from the measured spreads alone "
+        f"(convergence tolerance {TOLERANCE})."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories of ella train")
+    parser.add_argument(
+        "--sizes", nargs="+", type=int, default=[1000], help="subset sizes M (default: 1000)"
+    )
+    parser.add_argument(
+        "--draws", type=int, default=16, help="subsets per size, at least 2 (default: 16)"
+    )
+    parser.add_argument(
+        "--ggn", type=GGN.parse, default=None, help="exact or mc (default: each run's own)"
+    )
+    args = parser.parse_args(argv)
+    if args.draws < 2:
+        parser.error("--draws must be at least 2 (a spread needs two draws)")
+    if min(args.sizes) < 1:
+        parser.error("--sizes must be positive")
+    for run_dir in args.runs:  # before any work: every run must be readable
+        if not (run_dir / "results.json").is_file():
+            parser.error(f"no results.json in {run_dir}; give finished runs of ella train")
+    rows = [measure(run, args.sizes, args.draws, args.ggn) for run in args.runs]
+    text = markdown(rows)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
