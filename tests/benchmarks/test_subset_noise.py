@@ -25,11 +25,18 @@ def test_noise_change_scale_is_the_damped_recursions_stationary_change(step):
     assert subset_noise.noise_change_scale(1.0) == pytest.approx(math.sqrt(2))
 
 
-def test_expected_largest_change_of_one_group_is_the_half_normal_mean():
-    sigma = torch.tensor([0.1])
-    expected = subset_noise.noise_change_scale(0.5) * 0.1 * math.sqrt(2 / math.pi)
-    assert subset_noise.expected_largest_change(sigma, 0.5) == pytest.approx(expected, rel=0.02)
-    assert subset_noise.expected_largest_change(torch.zeros(5), 0.5) == 0.0
+@pytest.mark.parametrize("step", [0.5, 1.0])
+def test_damped_rounds_bootstrap_the_draws_with_the_closed_form_spread(step):
+    """Rounds whose optimum is one of a few draws change with the stationary spread of
+    noise_change_scale (which holds for any independent optima, not only Gaussian ones);
+    a group whose draws agree never changes."""
+    optima = torch.tensor([[0.0, 1.0], [1.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
+    changes = subset_noise.damped_rounds(optima, step, rounds=40_000)
+    assert changes.shape == (40_000, 2)
+    population_sd = optima[:, 0].std(unbiased=False).item()
+    expected = subset_noise.noise_change_scale(step) * population_sd
+    assert changes[:, 0].std().item() == pytest.approx(expected, rel=0.03)
+    assert changes[:, 1].abs().max().item() == 0.0
 
 
 @pytest.mark.slow
@@ -47,6 +54,7 @@ def test_refits_of_all_images_agree_and_subsets_spread(tmp_path):
     assert row["n_train"] == 32 and row["ggn"] == "exact"
     all_n, half = row["sizes"]
     assert all_n["sd_max"] == 0.0 and all_n["offset_max"] == 0.0
+    assert all_n["largest_change_median"] == 0.0 and all_n["converged_fraction"] == 1.0
     assert all_n["log_evidence_mean"] == pytest.approx(row["full_log_evidence"], rel=1e-6)
     assert half["sd_max"] > 0.0
     assert set(half["sd"]) == set(all_n["sd"]) and len(half["sd"]) > 8
