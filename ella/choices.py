@@ -296,10 +296,13 @@ class HessianStructure(Choice):
 
 
 class GGN(Choice):
-    """GGN of the evidence: exact (a backward pass per class) or a one-sample MC estimate."""
+    """GGN of the evidence: exact (a backward pass per class), a one-sample MC estimate, or
+    the stratified estimate (the most probable class exactly and one label sampled from the
+    others: two backward passes, unbiased, :func:`ella.marglik.native.stratified_root`)."""
 
     EXACT = "exact"
     MC = "mc"
+    STRATIFIED = "stratified"
 
 
 class Likelihood(Choice):

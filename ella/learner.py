@@ -66,7 +66,8 @@ class PriorLearner:
         lr: Adam learning rate of the log precisions.
         hessian: ``kron`` (default), ``diag`` or ``full`` GGN structure.
         backend: curvature backend (default: ``native`` for ``kron``).
-        ggn: ``exact`` (one backward pass per class) or ``mc`` (one sampled label).
+        ggn: ``exact`` (one backward pass per class), ``mc`` (one sampled label) or
+            ``stratified`` (the most probable class and one sampled label; native backend).
         likelihood: ``classification`` or ``regression``.
         sigma_noise: observation noise of the regression likelihood.
         update: ``adam`` (``n_hypersteps`` Adam steps per evidence round) or ``optimum``

@@ -39,7 +39,7 @@ class InvarianceEvidence:
         model: the invariant classifier; its ``net`` must consist of
             ``nn.Linear``/``nn.Conv2d`` parameters (checked).
         prior: prior groups over ``model.net``'s parameters.
-        ggn: ``"exact"`` or ``"mc"``.
+        ggn: ``"exact"``, ``"mc"`` or ``"stratified"``.
     """
 
     def __init__(self, model: InvariantClassifier, prior: PriorStructure, ggn: str = "exact"):
@@ -79,7 +79,7 @@ class InvarianceEvidence:
                 scaled by ``N / n`` (default ``n``: no scaling).
             eta: extents (6,) (default: the model's buffer).
             batch_size: images per forward pass.
-            generator: random generator for ``ggn="mc"``.
+            generator: random generator for ``ggn="mc"`` or ``"stratified"``.
 
         Returns:
             Scalar log evidence.

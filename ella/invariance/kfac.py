@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ella.choices import GGN
+from ella.marglik.native import stratified_root
 from ella.marglik.support import check_supported
 from ella.nn.paths import per_module_calls
 
@@ -134,9 +135,10 @@ def kron_factors(
             transformed inputs, ordered image-major (all samples of image 0
             first), and every module must see rows ordered the same way.
         n_samples: ``S``, transformed copies per image.
-        ggn: ``"exact"`` (K backward passes, ``diag(p) - p p^T``) or ``"mc"``
-            (one sampled class, ``(e_y - p)(e_y - p)^T`` in expectation).
-        generator: random generator for the MC class samples.
+        ggn: ``"exact"`` (K backward passes, ``diag(p) - p p^T``), ``"mc"``
+            (one sampled class, ``(e_y - p)(e_y - p)^T`` in expectation) or
+            ``"stratified"`` (two passes, :func:`ella.marglik.native.stratified_root`).
+        generator: random generator for the sampled classes.
         create_graph: keep the graph for gradients of the factors.
         modules: ``module_blocks(model)``, when the caller has it already.
 
@@ -167,6 +169,8 @@ def kron_factors(
     if ggn == "exact":
         eye = torch.eye(probs.shape[-1], dtype=probs.dtype, device=probs.device)
         columns = [probs[:, c : c + 1].sqrt() * (eye[c] - probs) for c in range(probs.shape[-1])]
+    elif ggn == "stratified":
+        columns = list(stratified_root(probs, generator))
     else:  # mc
         y = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(1)
         columns = [F.one_hot(y, probs.shape[-1]).to(probs.dtype) - probs]

@@ -50,7 +50,7 @@ from ella.marglik.support import UnsupportedModuleError, check_supported
 from ella.nn.paths import FCPath, GConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
 
-__all__ = ["NativeGGN", "curvature_blocks"]
+__all__ = ["NativeGGN", "curvature_blocks", "stratified_root"]
 
 
 # ---------------------------------------------------------------- blocks
@@ -549,6 +549,50 @@ def softmax_hessian_root(p: torch.Tensor) -> torch.Tensor:
     return columns.permute(2, 0, 1)
 
 
+def stratified_root(
+    p: torch.Tensor,
+    generator: torch.Generator | None = None,
+    others: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Two columns ``v`` per example whose ``sum_v v v^T`` is, in expectation over one
+    sampled label, the cross-entropy's Hessian ``diag(p) - p p^T``: (2, M, K) for
+    probabilities (M, K).
+
+    The Hessian is ``sum_c p_c (e_c - p)(e_c - p)^T``. The MC GGN samples one class
+    ``c ~ p`` and keeps ``(e_c - p)(e_c - p)^T``; on a confident prediction it almost
+    always draws the predicted class, whose column is small, and rarely another, whose
+    column is large, so its estimate is heavy-tailed (``benchmarks/results/recipe.md``,
+    "The MC GGN's noise"). This estimator splits the sum into two strata (stratified
+    sampling): the most probable class ``c*`` exactly, ``sqrt(p_c*) (e_c* - p)``, and one
+    class ``c'`` drawn from the others with probability ``p_c' / (1 - p_c*)``, weighted by
+    ``sqrt(1 - p_c*)``. Its expectation is the Hessian term for term, and its second
+    column is zero where ``p_c* = 1``.
+
+    Args:
+        p: the predictive probabilities (M, K), each row summing to 1.
+        generator: for the sampled labels (``None``: torch's global generator).
+        others: (M,) the second column's classes instead of sampling them (for tests:
+            enumerating them gives the expectation exactly).
+    """
+    top = p.argmax(-1)  # (M,)
+    eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+    top_mass = p.gather(-1, top[:, None]).squeeze(-1)  # (M,)
+    rest = p.scatter(-1, top[:, None], 0.0)  # the other classes' probabilities
+    rest_mass = (1.0 - top_mass).clamp(min=0.0)
+    if others is None:
+        # a row without mass outside its top class gets weight 0; sample it uniformly
+        free = rest.detach()
+        empty = free.sum(-1, keepdim=True) <= 0
+        weights = torch.where(empty, torch.ones_like(free).scatter(-1, top[:, None], 0.0), free)
+        if p.shape[-1] == 1:
+            others = top
+        else:
+            others = torch.multinomial(weights, 1, generator=generator).squeeze(-1)
+    first = top_mass.sqrt()[:, None] * (eye[top] - p)
+    second = rest_mass.sqrt()[:, None] * (eye[others] - p)
+    return torch.stack([first, second])
+
+
 class NativeGGN(CurvatureInterface):
     """laplace-torch curvature backend with ella's batched Kronecker factors (``kron`` only).
 
@@ -558,6 +602,8 @@ class NativeGGN(CurvatureInterface):
         stochastic: one Monte-Carlo column of the GGN's square root per example
             (a label drawn from the model's predictive, ``e_y - p``; for
             regression ``eps ~ N(0, I)``) instead of the exact ``K`` columns.
+        stratified: the two columns of :func:`stratified_root` per example
+            (classification only) instead of the exact ``K`` columns.
         chunk_size: at most this many examples per forward/backward inside a batch, in
             chunks of equal size (the factors are sums, so the chunking changes time and
             memory, not the result). The default cuts the evidence's batches of 500 into
@@ -577,12 +623,16 @@ class NativeGGN(CurvatureInterface):
         dict_key_x: str = "input_ids",
         dict_key_y: str = "labels",
         stochastic: bool = False,
+        stratified: bool = False,
         chunk_size: int = 170,
     ):
         if last_layer or subnetwork_indices is not None:
             raise ValueError("the native backend computes the whole network's curvature only")
+        if stratified and (stochastic or likelihood != "classification"):
+            raise ValueError("the stratified GGN is a classification GGN, not also MC")
         super().__init__(model, likelihood, last_layer, subnetwork_indices, dict_key_x, dict_key_y)
         self.stochastic = stochastic
+        self.stratified = stratified
         self.chunk_size = int(chunk_size)
         self.blocks = curvature_blocks(model)
 
@@ -603,6 +653,8 @@ class NativeGGN(CurvatureInterface):
                 -1, f.shape[0], -1
             )
         p = f.detach().softmax(-1)
+        if self.stratified:
+            return stratified_root(p)
         if self.stochastic:
             y = torch.distributions.Categorical(p).sample()
             return (F.one_hot(y, p.shape[-1]).to(p.dtype) - p)[None]

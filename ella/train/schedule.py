@@ -109,6 +109,11 @@ class ScheduleConfig(OptimizerConfig):
                 f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
                 "are set by --lr-hyp and --n-hypersteps)"
             )
+        if self.ggn == GGN.STRATIFIED and self.backend != "native":
+            raise ConfigError(
+                f"--ggn stratified is the native backend's estimator; drop --backend "
+                f"{self.backend}, or use --ggn mc or exact with it"
+            )
         if self.backend == "native" and self.hessian != "kron":
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
@@ -263,7 +268,9 @@ SCHEDULE_HELP: dict[str, str] = {
     "backend": "curvature backend of the Laplace evidence",
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
     "cannot fit in memory is refused before training)",
-    "ggn": "GGN: exact (one backward pass per class) or mc (one sampled class, faster)",
+    "ggn": "GGN: exact (one backward pass per class), mc (one sampled class, faster) or "
+    "stratified (the most probable class exactly and one class sampled from the others: "
+    "two backward passes, far less noisy than mc on confident predictions; native backend)",
 }
 
 __all__ = [

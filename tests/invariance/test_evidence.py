@@ -18,7 +18,7 @@ def tiny_model(samples=4):
     return InvariantClassifier(net, n_samples=samples).double()
 
 
-@pytest.mark.parametrize("ggn", ["exact", "mc"])
+@pytest.mark.parametrize("ggn", ["exact", "mc", "stratified"])
 def test_gradient_wrt_eta_matches_finite_differences(ggn):
     model = tiny_model()
     g = torch.Generator().manual_seed(0)

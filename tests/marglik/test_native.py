@@ -364,6 +364,62 @@ def test_the_softmax_hessian_root_has_k_minus_1_columns(float64, classes, spread
     )
 
 
+@pytest.mark.parametrize("classes", [1, 2, 10])
+@pytest.mark.parametrize("spread", [1.0, 40.0])  # 40: predictions confident to 1e-17
+def test_the_stratified_root_is_the_softmax_hessian_in_expectation(float64, classes, spread):
+    """Two columns per example; enumerating the second column's class with its
+    probability p_c / (1 - p_top) gives diag(p) - p p^T exactly; a sampled second column
+    is one of those with a positive probability."""
+    from ella.marglik.native import stratified_root
+
+    g = torch.Generator().manual_seed(0)
+    p = (spread * torch.randn(6, classes, generator=g)).softmax(-1)
+    rest = p.scatter(-1, p.argmax(-1, keepdim=True), 0.0)
+    chance = (rest / rest.sum(-1, keepdim=True)).nan_to_num(0.0)  # (M, K)
+
+    def outer(v):
+        return torch.einsum("mk,ml->mkl", v, v)
+
+    enumerated = [stratified_root(p, others=torch.full((6,), c)) for c in range(classes)]
+    expected = outer(enumerated[0][0])  # the top class's column, the same for every c
+    for c, columns in enumerate(enumerated):
+        assert columns.shape == (2, 6, classes)
+        expected = expected + chance[:, c, None, None] * outer(columns[1])
+    hessian = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    torch.testing.assert_close(expected, hessian, rtol=0, atol=1e-15)
+    sampled = stratified_root(p, generator=g)
+    assert sampled.shape == (2, 6, classes)
+    for m in range(6):
+        if rest[m].sum() > 0:
+            assert any(
+                chance[m, c] > 0 and torch.equal(sampled[1, m], enumerated[c][1, m])
+                for c in range(classes)
+            )
+        else:  # a certain prediction: the second column has weight 0
+            assert not sampled[1, m].any()
+
+
+def test_stratified_ggn_is_unbiased_and_needs_the_native_backend(float64):
+    """The mean of many stratified factors approaches the exact ones (B factors; A is
+    exact); a stock backend or a regression is refused with the fix named."""
+    from ella.errors import ConfigError
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 6), nn.Tanh(), nn.Linear(6, 4))
+    exact = kron_factors(fitted(model, "native").laplace)
+    draws = [
+        kron_factors(fitted(model, "native", "stratified", seed=s).laplace) for s in range(200)
+    ]
+    for i, block in enumerate(exact):
+        b = torch.stack([d[i][0] for d in draws])
+        stderr = b.std(0) / math.sqrt(len(draws))
+        assert ((b.mean(0) - block[0]).abs() <= 5 * stderr + 1e-12).all()
+    prior = PriorStructure(model)
+    with pytest.raises(ConfigError, match="native backend"):
+        LaplaceEvidence(model, prior, backend="asdl", ggn="stratified")
+    with pytest.raises(ConfigError, match="regression"):
+        LaplaceEvidence(model, prior, likelihood="regression", ggn="stratified")
+
+
 @pytest.mark.parametrize("group", ["C4", "D4"])
 def test_lifted_copies_pixel_factors_are_permutations_of_the_first(float64, group, monkeypatch):
     """The first layer's FC path gets the lifted images: copy h's pixel factor is summed

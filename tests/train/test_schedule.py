@@ -144,6 +144,14 @@ def test_a_non_kronecker_hessian_needs_a_stock_backend():
     ScheduleConfig(hessian="full", backend="asdl")  # the stock backends give it
 
 
+def test_the_stratified_ggn_needs_the_native_backend():
+    from ella.train.schedule import ScheduleConfig
+
+    with pytest.raises(ConfigError, match="--ggn stratified is the native backend's"):
+        ScheduleConfig(ggn="stratified", backend="curvlinops")
+    ScheduleConfig(ggn="stratified")  # native, the default backend
+
+
 @pytest.mark.parametrize("group, order", [("C4", 4), ("D4", 8)])
 def test_gconv_group_order_rate_speeds_the_gconv_tensors_by_the_group_order(tmp_path, group, order):
     from ella.nn.paths import GConvPath
