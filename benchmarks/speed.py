@@ -144,11 +144,15 @@ def _accumulating_product_flops(self_shape, a_shape, b_shape, *args, out_shape=N
     return 2 * math.prod(a_shape) * b_shape[-1]
 
 
+#: the native backend's GGNs whose fits are timed and counted
+NATIVE_GGNS = ("exact", "mc", "stratified")
+
+
 def paired_native_fits(
     trainer: Trainer, rounds: int = 3
 ) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Epochs and native evidence fits timed in turns: each round one epoch, then one exact
-    and one MC fit, after a warm-up of each.
+    """Epochs and native evidence fits timed in turns: each round one epoch, then one fit
+    with each GGN (:data:`NATIVE_GGNS`), after a warm-up of each.
 
     A fit's ratio to an epoch is taken within its round, against the epoch just before
     it, and the median over the rounds is reported: the machine's load drifts over
@@ -159,7 +163,7 @@ def paired_native_fits(
         The median epoch [s], the median fit per ``native_{ggn}`` [s], and the median
         fit / epoch ratio per ``ggn``.
     """
-    ggns = ("exact", "mc")
+    ggns = NATIVE_GGNS
     trainer.train_epoch()
     for ggn in ggns:
         use_curvature(trainer, "native", ggn)
@@ -274,8 +278,8 @@ def main() -> None:
             print(f"evidence fit asdl {ggn} ...", flush=True)
             fits[f"asdl_{ggn}"] = fit_seconds(trainer, "asdl", ggn, repeats=0)
         print("FLOPs of the native fits ...", flush=True)
-        flops = {ggn: fit_flops(trainer, ggn) for ggn in ("exact", "mc")}
-        eig_s = eigendecomposition_seconds(trainer)  # of the native mc fit's factors
+        flops = {ggn: fit_flops(trainer, ggn) for ggn in NATIVE_GGNS}
+        eig_s = eigendecomposition_seconds(trainer)  # of the last native fit's factors
         n_train = len(trainer.data.train)
     print("MAP and ELLA runs ...", flush=True)
     (map_s,), (ella_s,) = paired_runs(base, pairs=1)
@@ -304,12 +308,14 @@ def main() -> None:
         "fit_s": fits,
         "fit_over_epoch_native_exact": native_ratios["exact"],
         "fit_over_epoch_native_mc": native_ratios["mc"],
+        "fit_over_epoch_native_stratified": native_ratios["stratified"],
         "fit_over_epoch_asdl_exact": fits["asdl_exact"] / epoch,
         "fit_over_epoch_asdl_mc": fits["asdl_mc"] / epoch,
         # the floor in arithmetic: a fit's FLOPs over an epoch's (step FLOPs x N / batch)
         "fit_flop": {f"native_{g}": f for g, f in flops.items()},
         "fit_flop_over_epoch_flop_native_exact": flops["exact"] / epoch_flop,
         "fit_flop_over_epoch_flop_native_mc": flops["mc"] / epoch_flop,
+        "fit_flop_over_epoch_flop_native_stratified": flops["stratified"] / epoch_flop,
         "eigendecomposition_s": eig_s,
         "map_training_s": map_s,
         "ella_training_s": ella_s,
@@ -378,7 +384,7 @@ def main() -> None:
             f"{cfg.marglik_batch_size}); ELLA and MAP runs at the default schedule "
             f"({cfg.epochs} epochs, evidence after epoch {cfg.n_epochs_burnin}+ every "
             f"{cfg.marglik_frequency}, {rounds}, {cfg.backend} "
-            f"{cfg.ggn} GGN, norm {cfg.norm}, lr {cfg.lr:g}).",
+            f"{cfg.ggn.for_backend(cfg.backend)} GGN, norm {cfg.norm}, lr {cfg.lr:g}).",
             "",
             "| quantity | value |",
             "|---|---:|",

@@ -124,7 +124,7 @@ def measure(
         "run": str(run_dir),
         "dataset": full_trainer.config.dataset,
         "n_train": n_train,
-        "ggn": str(full_trainer.config.ggn),
+        "ggn": str(full_trainer.priors.ggn),  # auto resolved
         "prior_step": step,
         "run_last_change": (results.get("prior_convergence") or {}).get("last_change"),
         "full_log_evidence": full_value,

@@ -298,11 +298,20 @@ class HessianStructure(Choice):
 class GGN(Choice):
     """GGN of the evidence: exact (a backward pass per class), a one-sample MC estimate, or
     the stratified estimate (the most probable class exactly and one label sampled from the
-    others: two backward passes, unbiased, :func:`ella.marglik.native.stratified_root`)."""
+    others: two backward passes, unbiased, :func:`ella.marglik.native.stratified_root`);
+    auto: stratified where the backend has it (ella's own factors), else mc."""
 
     EXACT = "exact"
     MC = "mc"
     STRATIFIED = "stratified"
+    AUTO = "auto"
+
+    def for_backend(self, backend: str) -> GGN:
+        """This GGN, with ``auto`` resolved for ``backend`` (``native``: stratified; a stock
+        backend: mc)."""
+        if self is not GGN.AUTO:
+            return self
+        return GGN.STRATIFIED if backend == "native" else GGN.MC
 
 
 class Likelihood(Choice):

@@ -66,8 +66,9 @@ class PriorLearner:
         lr: Adam learning rate of the log precisions.
         hessian: ``kron`` (default), ``diag`` or ``full`` GGN structure.
         backend: curvature backend (default: ``native`` for ``kron``).
-        ggn: ``exact`` (one backward pass per class), ``mc`` (one sampled label) or
-            ``stratified`` (the most probable class and one sampled label; native backend).
+        ggn: ``exact`` (one backward pass per class), ``mc`` (one sampled label),
+            ``stratified`` (the most probable class and one sampled label; native backend)
+            or ``auto`` (stratified with the native backend, mc with a stock one).
         likelihood: ``classification`` or ``regression``.
         sigma_noise: observation noise of the regression likelihood.
         update: ``adam`` (``n_hypersteps`` Adam steps per evidence round) or ``optimum``
@@ -128,7 +129,9 @@ class PriorLearner:
         self.prior = PriorStructure(model, structure)
         self.hessian = HessianStructure.parse(hessian, "Hessian structure")
         self.backend = backend
-        self.ggn = GGN.parse(ggn, "GGN type")
+        # auto resolved for the backend the evidence will use (LaplaceEvidence's default)
+        default = "native" if self.hessian == "kron" else "asdl"
+        self.ggn = GGN.parse(ggn, "GGN type").for_backend(backend or default)
         self.likelihood = likelihood
         self.sigma_noise = sigma_noise
         self.update = PriorUpdate.parse(update, "prior update")

@@ -39,11 +39,11 @@ class InvarianceEvidence:
         model: the invariant classifier; its ``net`` must consist of
             ``nn.Linear``/``nn.Conv2d`` parameters (checked).
         prior: prior groups over ``model.net``'s parameters.
-        ggn: ``"exact"``, ``"mc"`` or ``"stratified"``.
+        ggn: ``"exact"``, ``"mc"``, ``"stratified"`` or ``"auto"`` (stratified).
     """
 
     def __init__(self, model: InvariantClassifier, prior: PriorStructure, ggn: str = "exact"):
-        ggn = GGN.parse(ggn, "GGN type")
+        ggn = GGN.parse(ggn, "GGN type").for_backend("native")  # ella's own factors
         self.model = model
         self.prior = prior
         self.ggn = ggn

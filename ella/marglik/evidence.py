@@ -428,7 +428,8 @@ class LaplaceEvidence:
             one-sample Monte-Carlo estimate of it (about C times cheaper for C
             classes, stochastic), or ``"stratified"`` (classification with the native
             backend: two backward passes, unbiased, far less noisy than ``"mc"`` on
-            confident predictions; :func:`ella.marglik.native.stratified_root`).
+            confident predictions; :func:`ella.marglik.native.stratified_root`), or
+            ``"auto"`` (stratified with the native backend, mc with a stock one).
         prior_mean: the prior's mean ``mu`` of every trainable parameter, (n_params,), in
             the order of ``model.parameters()``; ``None`` (default): zero. It enters the
             scatter term ``sum_t delta_t ||theta_t - mu_t||^2`` (laplace-torch's
@@ -466,7 +467,7 @@ class LaplaceEvidence:
                 "curvlinops for a full or diagonal Hessian"
             )
         self.sigma_noise = sigma_noise
-        self.ggn = GGN.parse(ggn, "GGN type")
+        self.ggn = GGN.parse(ggn, "GGN type").for_backend(self.backend)
         if self.ggn is GGN.STRATIFIED and self.backend is not Backend.NATIVE:
             raise ConfigError(
                 f"--ggn stratified is the native backend's estimator; use --backend native, "

@@ -268,9 +268,10 @@ SCHEDULE_HELP: dict[str, str] = {
     "backend": "curvature backend of the Laplace evidence",
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
     "cannot fit in memory is refused before training)",
-    "ggn": "GGN: exact (one backward pass per class), mc (one sampled class, faster) or "
+    "ggn": "GGN: exact (one backward pass per class), mc (one sampled class, faster), "
     "stratified (the most probable class exactly and one class sampled from the others: "
-    "two backward passes, far less noisy than mc on confident predictions; native backend)",
+    "two backward passes, far less noisy than mc on confident predictions; native backend) "
+    "or auto (stratified with the native backend, mc with a stock one)",
 }
 
 __all__ = [

@@ -160,9 +160,9 @@ def test_speed_times_epochs_and_native_fits_in_turns(tmp_path):
 
     trainer = Trainer(tiny_config(), tmp_path)
     epoch, fits, ratios = paired_native_fits(trainer, rounds=1)
-    assert epoch > 0 and set(fits) == {"native_exact", "native_mc"}
+    assert epoch > 0 and set(fits) == {"native_exact", "native_mc", "native_stratified"}
     # one round: each ratio is that round's fit over its epoch
-    for ggn in ("exact", "mc"):
+    for ggn in ("exact", "mc", "stratified"):
         assert ratios[ggn] == pytest.approx(fits[f"native_{ggn}"] / epoch)
 
 

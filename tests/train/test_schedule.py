@@ -152,6 +152,22 @@ def test_the_stratified_ggn_needs_the_native_backend():
     ScheduleConfig(ggn="stratified")  # native, the default backend
 
 
+def test_auto_ggn_is_stratified_with_the_native_backend_and_mc_with_a_stock_one():
+    from ella.choices import GGN
+    from ella.learner import PriorLearner
+    from ella.marglik import LaplaceEvidence, PriorStructure
+
+    assert TrainConfig().ggn == "auto" and TrainConfig().marglik_subset_size == 500
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    assert GGN.AUTO.for_backend("native") is GGN.STRATIFIED
+    assert GGN.AUTO.for_backend("curvlinops") is GGN.MC and GGN.EXACT.for_backend("asdl") == "exact"
+    assert PriorLearner(model, n_data=10, ggn="auto").ggn == "stratified"
+    assert PriorLearner(model, n_data=10, ggn="auto", backend="asdl").ggn == "mc"
+    assert PriorLearner(model, n_data=10, ggn="auto", hessian="diag").ggn == "mc"  # asdl
+    evidence = LaplaceEvidence(model, PriorStructure(model), backend="asdl", ggn="auto")
+    assert evidence.ggn == "mc"
+
+
 @pytest.mark.parametrize("group, order", [("C4", 4), ("D4", 8)])
 def test_gconv_group_order_rate_speeds_the_gconv_tensors_by_the_group_order(tmp_path, group, order):
     from ella.nn.paths import GConvPath
