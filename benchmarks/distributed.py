@@ -61,7 +61,7 @@ def worker(out: str, device: str) -> None:
 
     world = distributed.start()
     config = TrainConfig(
-        progress=False, test_size=100, device=device, ggn="exact",
+        progress=False, test_size=100, device=device, ggn="exact", marglik_subset_size=1000,
         **ADAM_ROUNDS, **RANDOM_START, **SAME_GCONV_RATE,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:

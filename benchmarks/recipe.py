@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._runner import (
+    MC_ROUNDS,
     RANDOM_START,
     SAME_GCONV_RATE,
     SMOKE,
@@ -60,7 +61,7 @@ PROFILES = {
     "smoke": SMOKE,
     "cpu": dict(train_size=1000, test_size=None, epochs=10, n_epochs_burnin=4,
                 marglik_frequency=3, n_hypersteps=20, width=2, **RANDOM_START,
-                **SAME_GCONV_RATE),
+                **SAME_GCONV_RATE, **MC_ROUNDS),
 }  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import argparse
 
 from benchmarks._runner import (
     ADAM_ROUNDS,
+    MC_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
     claims_markdown,
@@ -130,7 +131,7 @@ ANALYSIS = {
 #: the ``cpu`` profile (why these settings: the comments in :data:`PROFILES`)
 CPU = dict(
     train_size=4000, test_size=2000, width=4, norm="none", head_init="default",
-    lr_scaling="none", zero_init=("fc",), **ADAM_ROUNDS,
+    lr_scaling="none", zero_init=("fc",), **ADAM_ROUNDS, **MC_ROUNDS,
 )  # fmt: skip
 PROFILES = {
     "smoke": SMOKE,

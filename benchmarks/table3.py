@@ -23,6 +23,7 @@ import argparse
 
 from benchmarks._runner import (
     ADAM_ROUNDS,
+    MC_ROUNDS,
     PAPER_SCHEDULE,
     RANDOM_START,
     SAME_GCONV_RATE,
@@ -531,7 +532,9 @@ ANALYSIS = {
 #: (the FC path starting at zero since 2026-11-25: recipe.md, "The FC path starts at zero";
 #: the GCONV paths at |G| times Adam's rate since 2026-11-26, --gconv-lr auto: recipe.md,
 #: "The GCONV paths at |G| times Adam's rate")
-CPU = dict(train_size=1000, test_size=1000, width=2, lr_scaling="auto", zero_init=("fc",))
+CPU = dict(
+    train_size=1000, test_size=1000, width=2, lr_scaling="auto", zero_init=("fc",), **MC_ROUNDS
+)
 PROFILES = {
     "smoke": SMOKE,
     "cpu": CPU,
@@ -552,14 +555,14 @@ PROFILES = {
     # cpu profile's failures are its budget's
     "gpu": dict(
         train_size=5000, test_size=2000, width=2, lr_scaling="none", **ADAM_ROUNDS,
-        **RANDOM_START, **SAME_GCONV_RATE,
+        **RANDOM_START, **SAME_GCONV_RATE, **MC_ROUNDS,
     ),
     # ella train's recipe on 5000 images of each set on 2 CPU cores (the CIFAR-10 subset
     # has 3805: all of them): does the gpu profile's rotation rise hold with the rate per
     # fan-in, within the two hours per table?
     "cpu_5000": dict(
         train_size=5000, test_size=2000, width=2, lr_scaling="auto", **ADAM_ROUNDS,
-        **RANDOM_START, **SAME_GCONV_RATE,
+        **RANDOM_START, **SAME_GCONV_RATE, **MC_ROUNDS,
     ),
     # the reference's schedule at SGD's rate chosen on the validation split (0.02; recipe.md):
     # at the reference's 0.1 the learned rotated-MNIST run stayed at chance (11.35%) for 24
