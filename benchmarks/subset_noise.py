@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import tempfile
 from pathlib import Path
 
@@ -35,26 +34,10 @@ from tqdm import tqdm
 from ella.choices import GGN
 from ella.rundir import read_json
 from ella.train import Trainer
-from ella.train.runs import load_run
+from ella.train.runs import TrainedRun, load_run
 
 #: the convergence tolerance of ``ella train``'s report (ella.learner.prior_convergence)
 TOLERANCE = 0.05
-
-
-def noise_change_scale(step: float) -> float:
-    """Standard deviation of one round's change of a log precision, per unit of the noise in
-    the rounds' optima, once the damped update has forgotten its start.
-
-    The update ``x_{t+1} = x_t + s (o_t - x_t)`` with independent optima ``o_t`` of variance
-    ``sigma^2`` leaves ``x`` with variance ``s sigma^2 / (2 - s)``, and the change
-    ``s (o_t - x_t)`` with variance ``s^2 (sigma^2 + s sigma^2 / (2 - s)) =
-    2 s^2 sigma^2 / (2 - s)``.
-
-    Args:
-        step: the fraction ``s`` in (0, 1] of the way to each round's optimum
-            (``--prior-step``; 1 when the rounds go to the optimum).
-    """
-    return step * math.sqrt(2.0 / (2.0 - step))
 
 
 def damped_rounds(
@@ -65,7 +48,9 @@ def damped_rounds(
 
     A bootstrap of the rounds at fixed weights: it keeps the draws' joint distribution over
     the groups, heavy tails included (the MC GGN's rare sampled labels), where a Gaussian
-    with the draws' spread would not.
+    with the draws' spread would not. For independent optima of variance ``sigma^2`` the
+    update ``x_{t+1} = x_t + s (o_t - x_t)`` leaves ``x`` with variance
+    ``s sigma^2 / (2 - s)`` and the change with variance ``2 s^2 sigma^2 / (2 - s)``.
 
     Args:
         optima: (D, G) the draws' optimal log precisions.
@@ -87,10 +72,9 @@ def damped_rounds(
     return torch.stack(changes)
 
 
-def trainer_for(run_dir: Path, subset_size: int | None, ggn: GGN | None) -> Trainer:
+def trainer_for(run: TrainedRun, subset_size: int | None, ggn: GGN | None) -> Trainer:
     """A trainer built as the run's was, with the run's final weights, whose evidence
     rounds draw ``subset_size`` images (``None``: all of them), with ``ggn`` if given."""
-    run = load_run(run_dir)
     changes: dict = dict(progress=False, marglik_subset_size=subset_size)
     if ggn is not None:
         changes["ggn"] = ggn
@@ -116,7 +100,8 @@ def measure(
     """The spreads of :func:`optimum` over ``draws`` subsets of each size, and the fit on
     all images, for one run directory (see the module's docstring)."""
     results = read_json(run_dir / "results.json", "run's results")
-    full_trainer = trainer_for(run_dir, None, ggn)
+    run = load_run(run_dir)
+    full_trainer = trainer_for(run, None, ggn)
     n_train, step = full_trainer.n_train, full_trainer.config.prior_step
     names = list(full_trainer.prior.as_dict(torch.zeros(full_trainer.prior.n_groups)))
     full, full_value = optimum(full_trainer, 0)
@@ -131,7 +116,7 @@ def measure(
         "sizes": [],
     }
     for size in sizes:
-        trainer = trainer_for(run_dir, size, ggn) if size < n_train else full_trainer
+        trainer = trainer_for(run, size, ggn) if size < n_train else full_trainer
         found = [
             optimum(trainer, draw)
             for draw in tqdm(range(1, draws + 1), desc=f"M={size}", disable=not progress)

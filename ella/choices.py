@@ -286,6 +286,12 @@ class Backend(Choice):
     ASDL = "asdl"
     CURVLINOPS = "curvlinops"
 
+    @classmethod
+    def default_for(cls, structure: str) -> Backend:
+        """The backend the evidence uses when none is named: ella's own factors where they
+        exist (``kron``), else ASDL (``full``, ``diag``)."""
+        return cls.NATIVE if structure == "kron" else cls.ASDL
+
 
 class HessianStructure(Choice):
     """Structure of the Laplace Hessian: Kronecker-factored, or full/diagonal for tiny models."""

@@ -129,9 +129,9 @@ class PriorLearner:
         self.prior = PriorStructure(model, structure)
         self.hessian = HessianStructure.parse(hessian, "Hessian structure")
         self.backend = backend
-        # auto resolved for the backend the evidence will use (LaplaceEvidence's default)
-        default = "native" if self.hessian == "kron" else "asdl"
-        self.ggn = GGN.parse(ggn, "GGN type").for_backend(backend or default)
+        # auto resolved for the backend the evidence will use
+        used = backend or Backend.default_for(self.hessian)
+        self.ggn = GGN.parse(ggn, "GGN type").for_backend(used)
         self.likelihood = likelihood
         self.sigma_noise = sigma_noise
         self.update = PriorUpdate.parse(update, "prior update")

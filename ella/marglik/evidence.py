@@ -458,8 +458,8 @@ class LaplaceEvidence:
         self.prior_mean = prior_mean  # (n_params,) or None: zero
         self.likelihood = likelihood
         self.structure = HessianStructure.parse(structure, "Hessian structure")
-        if backend is None:  # ella's own factors where they exist
-            backend = Backend.NATIVE if self.structure is HessianStructure.KRON else Backend.ASDL
+        if backend is None:
+            backend = Backend.default_for(self.structure)
         self.backend = Backend.parse(backend, "curvature backend")
         if self.backend is Backend.NATIVE and self.structure is not HessianStructure.KRON:
             raise ConfigError(

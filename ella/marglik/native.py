@@ -579,15 +579,14 @@ def stratified_root(
     top_mass = p.gather(-1, top[:, None]).squeeze(-1)  # (M,)
     rest = p.scatter(-1, top[:, None], 0.0)  # the other classes' probabilities
     rest_mass = (1.0 - top_mass).clamp(min=0.0)
-    if others is None:
+    if others is None and p.shape[-1] == 1:
+        others = top  # one class: the second column has weight 0
+    elif others is None:
         # a row without mass outside its top class gets weight 0; sample it uniformly
         free = rest.detach()
         empty = free.sum(-1, keepdim=True) <= 0
         weights = torch.where(empty, torch.ones_like(free).scatter(-1, top[:, None], 0.0), free)
-        if p.shape[-1] == 1:
-            others = top
-        else:
-            others = torch.multinomial(weights, 1, generator=generator).squeeze(-1)
+        others = torch.multinomial(weights, 1, generator=generator).squeeze(-1)
     first = top_mass.sqrt()[:, None] * (eye[top] - p)
     second = rest_mass.sqrt()[:, None] * (eye[others] - p)
     return torch.stack([first, second])
