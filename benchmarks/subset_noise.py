@@ -13,12 +13,19 @@ draw) and once on all ``N`` images, and reports per run and ``M``:
 * the largest change of a log precision in a round that this noise alone gives under the
   damped update of ``ella train`` at fixed weights (:func:`damped_rounds`), and how often
   it is below the convergence tolerance of :func:`ella.learner.prior_convergence`;
-* the log evidence at each draw's optimum (mean and spread) and on all ``N`` images.
+* the log evidence at each draw's optimum (mean and spread) and on all ``N`` images;
+* the spread of the draws' common shift (the mean over the groups of each draw's offset
+  from the draws' mean), the part of the noise that moves every prior alike.
+
+With ``--subset-control`` the rounds use that control variate of the subset's curvature
+(:class:`ella.choices.SubsetControl`); ``training`` reads the traces of two training passes
+(augmented, no step taken) at the final weights, where in a run they come from the last
+two epochs' passes at those epochs' weights.
 
 Run by hand (issue 13); the figures are in ``benchmarks/results/recipe.md``::
 
     python -m benchmarks.subset_noise RUN_DIR [RUN_DIR ...] [--sizes 1000 4000]
-        [--draws 16] [--ggn exact]
+        [--draws 16] [--ggn exact] [--subset-control none|training|forward]
 """
 
 from __future__ import annotations
@@ -31,9 +38,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ella.choices import GGN
+from ella.choices import GGN, SubsetControl
+from ella.data.transforms import augment
+from ella.marglik.control import output_hessian_trace
 from ella.rundir import read_json
 from ella.train import Trainer
+from ella.train.engine import Stream, epoch_generator
 from ella.train.runs import TrainedRun, load_run
 
 #: the convergence tolerance of ``ella train``'s report (ella.learner.prior_convergence)
@@ -72,15 +82,42 @@ def damped_rounds(
     return torch.stack(changes)
 
 
-def trainer_for(run: TrainedRun, subset_size: int | None, ggn: GGN | None) -> Trainer:
+def trainer_for(
+    run: TrainedRun,
+    subset_size: int | None,
+    ggn: GGN | None,
+    control: SubsetControl = SubsetControl.NONE,
+) -> Trainer:
     """A trainer built as the run's was, with the run's final weights, whose evidence
-    rounds draw ``subset_size`` images (``None``: all of them), with ``ggn`` if given."""
-    changes: dict = dict(progress=False, marglik_subset_size=subset_size)
+    rounds draw ``subset_size`` images (``None``: all of them), with ``ggn`` if given and
+    the subset's control variate ``control``."""
+    changes: dict = dict(progress=False, marglik_subset_size=subset_size, subset_control=control)
     if ggn is not None:
         changes["ggn"] = ggn
     trainer = Trainer(dataclasses.replace(run.config, **changes), tempfile.mkdtemp() + "/run")
     trainer.net.load_state_dict(run.net.state_dict())
+    if control is SubsetControl.TRAINING:
+        trainer.output_trace = training_pass_trace(trainer)
     return trainer
+
+
+@torch.no_grad()
+def training_pass_trace(trainer: Trainer) -> torch.Tensor:
+    """``1 - sum p^2`` of every training image as training sees it (training mode, the
+    run's augmentation), the mean of two passes without a step as ``ella train`` keeps the
+    mean of its last two epochs' (:attr:`ella.train.Trainer.output_trace`): (N,)."""
+    cfg = trainer.config
+    images = trainer.data.train.tensors[0]
+    trainer.model.train()
+    passes = []
+    for epoch in (cfg.epochs - 1, cfg.epochs):
+        generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
+        traces = []
+        for x in images.split(cfg.marglik_batch_size):
+            x = augment(x, cfg.augment, generator, cfg.augment_shift)
+            traces.append(output_hessian_trace(trainer.model(x.to(trainer.device))).cpu())
+        passes.append(torch.cat(traces))
+    return torch.stack(passes).mean(dim=0)
 
 
 def optimum(trainer: Trainer, draw: int) -> tuple[torch.Tensor, float]:
@@ -95,7 +132,12 @@ def optimum(trainer: Trainer, draw: int) -> tuple[torch.Tensor, float]:
 
 
 def measure(
-    run_dir: Path, sizes: list[int], draws: int, ggn: GGN | None = None, progress: bool = True
+    run_dir: Path,
+    sizes: list[int],
+    draws: int,
+    ggn: GGN | None = None,
+    progress: bool = True,
+    control: SubsetControl = SubsetControl.NONE,
 ) -> dict:
     """The spreads of :func:`optimum` over ``draws`` subsets of each size, and the fit on
     all images, for one run directory (see the module's docstring)."""
@@ -111,12 +153,13 @@ def measure(
         "n_train": n_train,
         "ggn": str(full_trainer.priors.ggn),  # auto resolved
         "prior_step": step,
+        "subset_control": str(control),
         "run_last_change": (results.get("prior_convergence") or {}).get("last_change"),
         "full_log_evidence": full_value,
         "sizes": [],
     }
     for size in sizes:
-        trainer = trainer_for(run, size, ggn) if size < n_train else full_trainer
+        trainer = trainer_for(run, size, ggn, control) if size < n_train else full_trainer
         found = [
             optimum(trainer, draw)
             for draw in tqdm(range(1, draws + 1), desc=f"M={size}", disable=not progress)
@@ -125,6 +168,7 @@ def measure(
         values = torch.tensor([value for _, value in found], dtype=torch.float64)
         sigma = optima.std(dim=0)
         offset = optima.mean(dim=0) - full
+        common = (optima - optima.mean(dim=0)).mean(dim=1)  # (D,) each draw's shared shift
         largest = damped_rounds(optima, step).abs().amax(dim=1)  # per simulated round
         row["sizes"].append(
             {
@@ -133,6 +177,7 @@ def measure(
                 "sd_median": float(sigma.median()),
                 "sd_max": float(sigma.max()),
                 "sd_max_group": names[int(sigma.argmax())],
+                "common_sd": float(common.std()),
                 "offset_median": float(offset.abs().median()),
                 "offset_max": float(offset.abs().max()),
                 "offset_max_group": names[int(offset.abs().argmax())],
@@ -150,7 +195,8 @@ def measure(
 def markdown(rows: list[dict]) -> str:
     """One table row per run and subset size."""
     lines = [
-        "| run | data set | N | GGN | M | sd of the optimum: median / max (group) "
+        "| run | data set | N | GGN, control | M | sd of the optimum: median / max (group); "
+        "common shift "
         "| mean - all-N optimum: median / max | largest change in a round: median, "
         "rounds under the tolerance (the run's last) | log evidence: draws | all N |",
         "|---|---|---:|---|---:|---|---|---|---|---:|",
@@ -159,9 +205,11 @@ def markdown(rows: list[dict]) -> str:
         last = row["run_last_change"]
         for size in row["sizes"]:
             lines.append(
-                f"| {row['run']} | {row['dataset']} | {row['n_train']} | {row['ggn']} "
+                f"| {row['run']} | {row['dataset']} | {row['n_train']} | {row['ggn']}, "
+                f"{row.get('subset_control', 'none')} "
                 f"| {size['subset_size']} ({size['draws']} draws) "
-                f"| {size['sd_median']:.3f} / {size['sd_max']:.3f} ({size['sd_max_group']}) "
+                f"| {size['sd_median']:.3f} / {size['sd_max']:.3f} ({size['sd_max_group']}); "
+                f"{size['common_sd']:.3f} "
                 f"| {size['offset_median']:.3f} / {size['offset_max']:.3f} "
                 f"| {size['largest_change_median']:.3f}, "
                 f"{100 * size['converged_fraction']:.0f}% "
@@ -190,6 +238,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--ggn", type=GGN.parse, default=None, help="exact or mc (default: each run's own)"
     )
+    parser.add_argument(
+        "--subset-control",
+        type=SubsetControl.parse,
+        default=SubsetControl.NONE,
+        help="control variate of the subset's curvature: none (default), training or forward",
+    )
     args = parser.parse_args(argv)
     if args.draws < 2:
         parser.error("--draws must be at least 2 (a spread needs two draws)")
@@ -198,7 +252,10 @@ def main(argv: list[str] | None = None) -> str:
     for run_dir in args.runs:  # before any work: every run must be readable
         if not (run_dir / "results.json").is_file():
             parser.error(f"no results.json in {run_dir}; give finished runs of ella train")
-    rows = [measure(run, args.sizes, args.draws, args.ggn) for run in args.runs]
+    rows = [
+        measure(run, args.sizes, args.draws, args.ggn, control=args.subset_control)
+        for run in args.runs
+    ]
     text = markdown(rows)
     print(text)
     return text

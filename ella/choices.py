@@ -35,6 +35,7 @@ __all__ = [
     "PriorMean",
     "PriorMode",
     "ReportedState",
+    "SubsetControl",
 ]
 
 
@@ -318,6 +319,20 @@ class GGN(Choice):
         if self is not GGN.AUTO:
             return self
         return GGN.STRATIFIED if backend == "native" else GGN.MC
+
+
+class SubsetControl(Choice):
+    """Control variate of the subset evidence's curvature (a ratio estimator): the GGN of
+    ``M`` of ``N`` training images is scaled by the mean trace of the softmax output
+    Hessian, ``1 - sum_c p_c^2``, over all ``N`` images against that over the ``M``
+    (:func:`ella.marglik.control.curvature_ratio`). ``none``: no control, ``N / M`` alone;
+    ``training``: the traces of the last epoch's training passes (free; augmented inputs,
+    weights of that epoch); ``forward``: a pass without gradients over all training images
+    at the round (the current traces; costs a forward pass over ``N`` images)."""
+
+    NONE = "none"
+    TRAINING = "training"
+    FORWARD = "forward"
 
 
 class Likelihood(Choice):

@@ -364,21 +364,21 @@ def sharded_batches(
     world: World,
     augment: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
     | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]]:
     """This process's part of every (augmented) global batch of an epoch over in-memory
     ``(images, labels)``: the order of :func:`global_batches`, ``augment(x, y)`` applied to
     the whole global batch (the same draws on every process), then :meth:`World.part`.
 
     Yields:
-        ``(x, y, n_global)``: this process's images and labels, and the size of the
-        augmented global batch they are part of.
+        ``(x, y, n_global, index)``: this process's images and labels, the size of the
+        augmented global batch they are part of, and their indices in ``images``.
     """
     images, labels = tensors
     for batch in global_batches(len(labels), batch_size, generator):
         x, y = images[batch], labels[batch]
         if augment is not None:
             x, y = augment(x, y)
-        yield world.part(x), world.part(y), len(y)
+        yield world.part(x), world.part(y), len(y), world.part(batch)
 
 
 def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:

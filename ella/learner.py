@@ -234,10 +234,14 @@ class PriorLearner:
             prior_mean=self.prior_mean,
         )
 
-    def fit(self, batches: Iterable, progress: bool = False) -> LaplaceEvidence:
+    def fit(
+        self, batches: Iterable, progress: bool = False, curvature_ratio: float = 1.0
+    ) -> LaplaceEvidence:
         """Fit the GGN at the model's current weights on ``batches`` (a loader or a list of
         ``(x, y)``); with fewer than ``n_data`` examples, the subset estimator of
-        :meth:`~ella.marglik.LaplaceEvidence.fit` scales it to ``n_data``.
+        :meth:`~ella.marglik.LaplaceEvidence.fit` scales it to ``n_data``, its curvature
+        further by ``curvature_ratio`` (the control variate of
+        :func:`ella.marglik.control.curvature_ratio`; 1: none).
 
         In a data-parallel job (see ``data_parallel``) every process passes its own
         shard in a loader whose ``dataset`` is the whole set (a ``DataLoader`` with a
@@ -250,6 +254,7 @@ class PriorLearner:
             progress=progress,
             n_data=None if m == self.n_data else self.n_data,
             world=self.world,
+            curvature_ratio=1.0 if m == self.n_data else curvature_ratio,
         )
         self.evidence = evidence
         return evidence

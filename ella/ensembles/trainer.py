@@ -204,7 +204,7 @@ class EnsembleTrainer(EpochRun):
             return augment_with_group(x, y, cfg.augment, cfg.augment_group, augment)
 
         tensors = self.data.train.tensors
-        for x, y, n_global in sharded_batches(
+        for x, y, n_global, _ in sharded_batches(
             tensors, cfg.batch_size, order, self.world, augment_batch
         ):
             yield x.to(self.device), y.to(self.device), n_global

@@ -18,6 +18,7 @@ eigenvalues once after a fit, so each evaluation is a few vector operations
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -501,6 +502,7 @@ class LaplaceEvidence:
         progress: bool = False,
         n_data: int | None = None,
         world: World | None = None,
+        curvature_ratio: float = 1.0,
     ) -> None:
         """Fit the GGN over all batches of ``loader`` at the model's current weights.
 
@@ -520,12 +522,23 @@ class LaplaceEvidence:
                 Kronecker factors and log likelihood are summed over the processes
                 before they are decomposed (``structure="kron"`` only). Every process
                 then holds the evidence of all ``M`` examples.
+            curvature_ratio: with ``n_data``, a further factor on the subset's curvature
+                (every ``B``), the ratio estimator's control variate
+                (:func:`ella.marglik.control.curvature_ratio`); 1 (default): ``N / M``
+                alone.
 
         Raises:
             TrainingDivergedError: the weights are not finite.
             InputDataError: a batch holds NaN or infinite inputs.
             EvidenceError: the curvature is not finite or cannot be decomposed.
         """
+        if not (math.isfinite(curvature_ratio) and curvature_ratio > 0):
+            raise ConfigError(f"curvature_ratio must be positive, got {curvature_ratio}")
+        if curvature_ratio != 1.0 and n_data is None:
+            raise ConfigError(
+                "curvature_ratio scales a subset's curvature: give n_data, the training-set "
+                "size the subset stands for"
+            )
         _check_finite_weights(self.model)
         summed = world is not None and world.distributed
         if summed and self.structure is not HessianStructure.KRON:
@@ -561,8 +574,8 @@ class LaplaceEvidence:
                     f"{self.prior.n_tensors} parameter tensors; a module is unsupported or "
                     "not called as module(x) in forward"
                 )
-        if n_data is not None and n_data != la.n_data:
-            self._scale_to(la, int(n_data))
+        if n_data is not None and (n_data != la.n_data or curvature_ratio != 1.0):
+            self._scale_to(la, int(n_data), curvature_ratio)
         self._la = la
         self._terms = (
             KronEvidenceTerms.from_laplace(la) if self.structure is HessianStructure.KRON else None
@@ -575,12 +588,12 @@ class LaplaceEvidence:
             options["stratified"] = True
         return options
 
-    def _scale_to(self, la, n_data: int) -> None:
+    def _scale_to(self, la, n_data: int, curvature_ratio: float) -> None:
         """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
         if self.structure is not HessianStructure.KRON:
             raise ConfigError("subset evidence (n_data) needs structure='kron'")
         with dependency_may_not_exit("the Laplace fit"):
-            scale_to_n_data(la, n_data)
+            scale_to_n_data(la, n_data, curvature_ratio)
 
     def _layout(self):
         """The stock backends hook module calls: run FC paths one module per channel."""

@@ -285,17 +285,18 @@ def dense_hessian(la) -> torch.Tensor:
     return la.H
 
 
-def scale_to_n_data(la, n_data: int) -> None:
+def scale_to_n_data(la, n_data: int, curvature_ratio: float = 1.0) -> None:
     """Turn a ``KronLaplace`` fitted on ``M`` examples into the estimator of ``n_data`` points.
 
-    Multiplies the log-likelihood term (``la.loss``) and every output factor
-    ``B`` (the whole block for a bias) by ``n_data / M``, keeps the input factors
-    ``A`` (means over the subset), sets ``la.n_data`` and decomposes the factors
-    again. Immer, van der Ouderaa, van der Wilk, Rätsch & Schölkopf, ICML 2023.
+    Multiplies the log-likelihood term (``la.loss``) by ``n_data / M`` and every output
+    factor ``B`` (the whole block for a bias) by ``curvature_ratio * n_data / M``, keeps the
+    input factors ``A`` (means over the subset), sets ``la.n_data`` and decomposes the
+    factors again. Immer, van der Ouderaa, van der Wilk, Rätsch & Schölkopf, ICML 2023;
+    ``curvature_ratio`` is the control variate of :mod:`ella.marglik.control` (1: none).
     """
     scale = n_data / la.n_data
     for block in la.H_facs.kfacs:
-        block[0] = block[0] * scale
+        block[0] = block[0] * (scale * curvature_ratio)
     la.loss = la.loss * scale
     la.n_data = n_data
     decompose(la)

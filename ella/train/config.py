@@ -23,6 +23,7 @@ from ella.choices import (
     PathName,
     PriorUpdate,
     ReportedState,
+    SubsetControl,
 )
 from ella.config import option
 from ella.errors import ConfigError
@@ -98,6 +99,7 @@ class TrainConfig(ScheduleConfig):
         "report_state": "best_evidence",
         "lr_scaling": "none",
         "prior_update": "adam",
+        "subset_control": "none",
         "prior_step": 1.0,
         "marglik_frequency": 3,
         "zero_init": [],
@@ -144,6 +146,10 @@ class TrainConfig(ScheduleConfig):
     # 500 images per round with the stratified GGN: half the noise of each round's optimum
     # of 1000 with the MC GGN, at the same cost (recipe.md, "The MC GGN's noise")
     marglik_subset_size: int | None = option(500, minimum=1)
+    # the subset's curvature scaled by the traces of the last training passes: a ratio
+    # estimator that removes most of the rounds' common noise at no cost (recipe.md, "The
+    # subset's noise is one common scale")
+    subset_control: SubsetControl = SubsetControl.TRAINING
     # the mixer's recipe, chosen on a validation split (benchmarks/results/recipe.md)
     # where it differs from ella.fit's defaults (ScheduleConfig)
     epochs: int = option(20, minimum=1)
@@ -298,6 +304,10 @@ HELP: dict[str, str] = {
     "marglik_subset_size": "fit the evidence on this many training images, drawn afresh "
     "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
     "whole training set (Immer et al., ICML 2023); unset: all training images",
+    "subset_control": "control variate of the subset evidence (--marglik-subset-size): "
+    "scale the subset's curvature by the mean of 1 - sum p^2 over all training images against "
+    "the subset's (a ratio estimator): training (the last epoch's training passes, free), "
+    "forward (a pass over all training images at each round) or none",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
     "select_paths": "after training, select the paths by the evidence, greedily: drop each "
     "path from every layer, train on for --select-epochs, drop the one whose removal raises "

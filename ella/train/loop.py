@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
-from ella.choices import HeadInit, ReportedState
+from ella.choices import HeadInit, ReportedState, SubsetControl
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
 from ella.data.subsets import balanced_subset
@@ -47,6 +47,7 @@ from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.marglik import LaplaceEvidence
+from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import check_memory, non_finite_parameters
 from ella.models import Mixer
 from ella.models.build import build_model
@@ -170,6 +171,12 @@ class Trainer(EpochRun):
         # (epoch, evidence, log evidence) of the last evidence step, reused by the report
         self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
+        #: ``1 - sum p^2`` of every training image in its training passes, the mean of
+        #: the last two epochs' (halved at each epoch: the auxiliary variable of
+        #: ``--subset-control training``); NaN before the first epoch
+        self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
+        #: the control variate's factor on the last round's subset curvature (1: none)
+        self.last_curvature_ratio = 1.0
 
     # ------------------------------------------------------------------ data parallelism
     def _check_world(self, config: TrainConfig) -> None:
@@ -240,6 +247,7 @@ class Trainer(EpochRun):
             "hyper_optimizer": self.hyper_optimizer.state_dict(),
             "eta_optimizer": self.eta_optimizer.state_dict() if self.eta_optimizer else None,
             "log_prior": self.log_prior.detach().clone(),
+            "output_trace": self.output_trace.clone(),
             # the MC GGN samples its labels from the global generator (as ASDL does): a
             # resumed run continues its stream, so it equals the uninterrupted one
             "rng_state": torch.get_rng_state(),
@@ -253,6 +261,8 @@ class Trainer(EpochRun):
             self.eta_optimizer.load_state_dict(ckpt["eta_optimizer"])
         with torch.no_grad():
             self.log_prior.copy_(ckpt["log_prior"])
+        if ckpt.get("output_trace") is not None:  # absent before --subset-control
+            self.output_trace = ckpt["output_trace"].to(self.output_trace)
         if ckpt.get("rng_state") is not None:  # absent in checkpoints before 2026-11-23
             torch.set_rng_state(ckpt["rng_state"])
 
@@ -273,7 +283,9 @@ class Trainer(EpochRun):
             self.data.train.tensors, cfg.batch_size, generator, world, augment_images
         )
         loss_sum, correct, seen = 0.0, 0, 0
-        for x, y, n_batch in batches:  # this process's part of a global batch of n_batch
+        records_trace = self.subset_control() is SubsetControl.TRAINING
+        trace = torch.zeros(self.n_train, dtype=torch.float64) if records_trace else None
+        for x, y, n_batch, index in batches:  # this process's part of a global batch
             x, y = x.to(self.device), y.to(self.device)
             lr = self.set_lr(self.optimizer)
             logits = self.predict_train(x, eps_generator)
@@ -293,7 +305,15 @@ class Trainer(EpochRun):
             loss_sum += float(loss.detach()) * n_batch / world.size
             correct += int((logits.argmax(1) == y).sum())
             seen += len(y)
+            if trace is not None:
+                trace[index] = output_hessian_trace(logits).cpu()
         loss_sum, correct, seen = world.sum_values(loss_sum, correct, seen)
+        if trace is not None:  # every image is in one process's part of one batch
+            trace = world.sum_(trace.to(self.device)).cpu()
+            # two epochs' passes see two augmentations: their mean follows the curvature
+            # better than one (recipe.md, "The subset's noise is one common scale")
+            old = self.output_trace
+            self.output_trace = torch.where(old.isnan(), trace, 0.5 * (old + trace))
         return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
 
     def evidence_data(self) -> Dataset:
@@ -305,15 +325,55 @@ class Trainer(EpochRun):
         generator = epoch_generator(self.config.seed, self.state.epoch, Stream.EVIDENCE_SUBSET)
         return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
 
+    def subset_control(self) -> SubsetControl:
+        """The control variate the evidence rounds use: ``config.subset_control`` where the
+        rounds fit a subset of the training images with the softmax likelihood, else none."""
+        m = self.config.marglik_subset_size
+        if m is None or m >= self.n_train or not self.config.learn_priors:
+            return SubsetControl.NONE
+        return self.config.subset_control
+
+    def subset_curvature_ratio(self, data: Dataset) -> float:
+        """The control variate's factor on the curvature of ``data``, this round's images
+        (:func:`ella.marglik.control.curvature_ratio`; 1 without a control)."""
+        control = self.subset_control()
+        if control is SubsetControl.NONE or not isinstance(data, Subset):
+            return 1.0
+        if control is SubsetControl.FORWARD:
+            trace = self.current_trace()
+        elif self.output_trace.isnan().any():  # no training pass yet (resumed old run)
+            return 1.0
+        else:
+            trace = self.output_trace
+        return curvature_ratio(trace, torch.as_tensor(data.indices))
+
+    @torch.no_grad()
+    def current_trace(self) -> torch.Tensor:
+        """``1 - sum p^2`` of every training image at the current weights (evaluation mode,
+        no augmentation), (N,) float64; in a data-parallel job each process passes its
+        shard and the traces are summed."""
+        was_training = self.model.training
+        self.model.eval()
+        images = self.data.train.tensors[0]
+        trace = torch.zeros(self.n_train, dtype=torch.float64)
+        shard = torch.as_tensor(list(self.world.shard(self.n_train)), dtype=torch.long)
+        for index in shard.split(self.config.marglik_batch_size):
+            trace[index] = output_hessian_trace(self.model(images[index].to(self.device))).cpu()
+        self.model.train(was_training)
+        return self.world.sum_(trace.to(self.device)).cpu()
+
     def fit_evidence(self) -> LaplaceEvidence:
         """Fit the evidence on :meth:`evidence_data` (in a data-parallel job each process
-        fits its shard of it, and the factors are summed)."""
+        fits its shard of it, and the factors are summed), its curvature scaled by the
+        control variate of ``--subset-control`` (:meth:`subset_curvature_ratio`)."""
         data, batch_size = self.evidence_data(), self.config.marglik_batch_size
+        ratio = self.last_curvature_ratio = self.subset_curvature_ratio(data)
         if not self.world.distributed:
-            return self.priors.fit(DataLoader(data, batch_size=batch_size), self.progress)
+            loader = DataLoader(data, batch_size=batch_size)
+            return self.priors.fit(loader, self.progress, curvature_ratio=ratio)
         part = DataLoader(self.world.subset(data), batch_size=batch_size)
         loader = ShardLoader(part, total=len(data))
-        return self.priors.fit(loader, progress=self.progress)
+        return self.priors.fit(loader, progress=self.progress, curvature_ratio=ratio)
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
@@ -439,6 +499,8 @@ class Trainer(EpochRun):
             row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
             if not self.invariant:
                 row["prior_gap"] = self.priors.gaps[-1]
+            if self.subset_control() is not SubsetControl.NONE:
+                row["curvature_ratio"] = self.last_curvature_ratio
             shares = self.round_shares()
             if shares:  # a network with relaxed layers
                 row["shares"] = shares
