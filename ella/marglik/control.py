@@ -3,7 +3,7 @@
 The subset evidence (:meth:`ella.marglik.LaplaceEvidence.fit` with ``n_data``) fits the
 GGN on ``M`` of the ``N`` training images and scales it by ``N / M``. Its noise is almost
 all a common scale: on ``ella train``'s main job (3000 images, ``M = 500``, stratified
-GGN) 97% of the spread of a round's optimal log precisions is one shift shared by every
+GGN) 95% of the variance of a round's optimal log precisions is one shift shared by every
 prior group, and that shift follows how hard the drawn images are. The trace of the softmax
 likelihood's output Hessian, ``t_n = tr(diag(p_n) - p_n p_n^T) = 1 - sum_c p_nc^2``, is
 cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all

@@ -87,3 +87,59 @@ def test_trainer_draws_a_fresh_subset_each_round(tmp_path):
                                marglik_subset_size=64, progress=False), tmp_path / "b")  # fmt: skip
     assert full.evidence_data() is full.data.train
     assert math.isfinite(evidence.log_marginal_likelihood(trainer.log_prior).item())
+
+
+def test_trainer_controls_the_subset_curvature(tmp_path):
+    from ella.choices import SubsetControl
+    from ella.marglik.control import curvature_ratio, output_hessian_trace
+    from ella.train import TrainConfig, Trainer
+
+    def trainer(control, subset=20, name="a"):
+        cfg = TrainConfig(model="mlp", train_size=64, test_size=16, width=1, progress=False,
+                          marglik_subset_size=subset, subset_control=control)  # fmt: skip
+        return Trainer(cfg, tmp_path / name)
+
+    assert TrainConfig().subset_control is SubsetControl.TRAINING  # ella train's default
+    # training: the traces of the training passes, the mean of the last two epochs'
+    train = trainer("training")
+    assert train.output_trace.isnan().all()
+    assert train.subset_curvature_ratio(train.evidence_data()) == 1.0  # nothing recorded yet
+    train.train_epoch()
+    first = train.output_trace.clone()
+    assert torch.isfinite(first).all() and (first >= 0).all() and (first <= 0.9).all()
+    data = train.evidence_data()
+    assert train.subset_curvature_ratio(data) == curvature_ratio(first, data.indices)
+    train.state.epoch += 1
+    train.train_epoch()  # the second epoch's traces, recorded alike, are averaged in
+    assert not torch.equal(train.output_trace, first)
+    # forward: the traces of every training image at the current weights
+    forward = trainer("forward", name="b")
+    data = forward.evidence_data()
+    with torch.no_grad():
+        forward.model.eval()
+        direct = output_hessian_trace(forward.model(forward.data.train.tensors[0]))
+    forward.model.train()
+    assert forward.subset_curvature_ratio(data) == pytest.approx(
+        curvature_ratio(direct, data.indices), rel=1e-12
+    )
+    assert forward.model.training  # left as it was
+    # none, or every image in the round: no control
+    assert trainer("none", name="c").subset_curvature_ratio(data) == 1.0
+    assert trainer("forward", subset=64, name="d").subset_control() is SubsetControl.NONE
+
+
+def test_a_run_records_the_control_per_round_and_resumes_it(tmp_path):
+    from ella.io import load_checkpoint
+    from ella.train import TrainConfig, Trainer
+
+    cfg = TrainConfig(model="mlp", train_size=64, test_size=16, width=1, progress=False,
+                      marglik_subset_size=20, epochs=3, n_epochs_burnin=1,
+                      marglik_frequency=1)  # fmt: skip
+    trainer = Trainer(cfg, tmp_path)
+    trainer.run()
+    rounds = [row for row in trainer.state.metrics if "log_marglik" in row]
+    assert rounds and all(0 < row["curvature_ratio"] < 10 for row in rounds)
+    again = Trainer(cfg, tmp_path)
+    again.load()
+    assert torch.equal(again.output_trace, trainer.output_trace)
+    assert "output_trace" in load_checkpoint(tmp_path / "checkpoint.pt", cfg)
