@@ -39,9 +39,10 @@ RANDOM_START = dict(zero_init=())
 #: the GCONV paths at every other tensor's rate (ella train's default before --gconv-lr
 #: auto, 2026-11-26), pinned by the profiles whose results were made with it
 SAME_GCONV_RATE = dict(gconv_lr="same")
-#: the MC GGN on 1000 images per evidence round (ella train's default before the stratified
-#: GGN on 500, 2026-11-27), pinned by the profiles whose results were made with it
-MC_ROUNDS = dict(ggn="mc", marglik_subset_size=1000)
+#: the MC GGN on 1000 images per evidence round, N / M alone (ella train's default before the
+#: stratified GGN on 500 and the subset's control variate, 2026-11-27), pinned by the
+#: profiles whose results were made with it
+MC_ROUNDS = dict(ggn="mc", marglik_subset_size=1000, subset_control="none")
 #: the reference's schedule on the full data (for a GPU)
 PAPER_SCHEDULE = dict(
     train_size=None, test_size=None, epochs=200, n_epochs_burnin=10, marglik_frequency=5,

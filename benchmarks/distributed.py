@@ -62,6 +62,7 @@ def worker(out: str, device: str) -> None:
     world = distributed.start()
     config = TrainConfig(
         progress=False, test_size=100, device=device, ggn="exact", marglik_subset_size=1000,
+        subset_control="none",
         **ADAM_ROUNDS, **RANDOM_START, **SAME_GCONV_RATE,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
