@@ -72,3 +72,30 @@ def test_main_refuses_a_directory_without_results_before_any_work(tmp_path, caps
     with pytest.raises(SystemExit):
         subset_noise.main([str(tmp_path)])
     assert "no results.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_refits_with_a_control_variate(tmp_path):
+    """The control is the trainer's (training: two augmented passes' traces at the final
+    weights; forward: the current traces); on all N images it changes nothing."""
+    from ella.choices import SubsetControl
+    from ella.train import TrainConfig, train
+    from ella.train.runs import load_run
+
+    config = TrainConfig(
+        train_size=32, test_size=16, epochs=1, width=1, batch_size=16, n_epochs_burnin=1,
+        marglik_frequency=1, ggn="exact", progress=False,
+    )  # fmt: skip
+    train(config, tmp_path / "run")
+    trainer = subset_noise.trainer_for(load_run(tmp_path / "run"), 16, None, "training")
+    trace = trainer.output_trace
+    assert trace.shape == (32,) and torch.isfinite(trace).all() and (trace >= 0).all()
+    data = trainer.evidence_data()
+    assert trainer.subset_curvature_ratio(data) != 1.0
+    row = subset_noise.measure(
+        tmp_path / "run", [32, 16], draws=2, progress=False, control=SubsetControl.FORWARD
+    )
+    all_n, half = row["sizes"]
+    assert row["subset_control"] == "forward" and all_n["sd_max"] == 0.0
+    assert 0.0 <= half["common_sd"] <= half["sd_max"] + 1e-12
+    assert "| exact, forward |" in subset_noise.markdown([row])
