@@ -86,11 +86,12 @@ def trainer_for(
     run: TrainedRun,
     subset_size: int | None,
     ggn: GGN | None,
-    control: SubsetControl = SubsetControl.NONE,
+    control: SubsetControl | str = SubsetControl.NONE,
 ) -> Trainer:
     """A trainer built as the run's was, with the run's final weights, whose evidence
     rounds draw ``subset_size`` images (``None``: all of them), with ``ggn`` if given and
     the subset's control variate ``control``."""
+    control = SubsetControl.parse(control, "subset control")
     changes: dict = dict(progress=False, marglik_subset_size=subset_size, subset_control=control)
     if ggn is not None:
         changes["ggn"] = ggn
