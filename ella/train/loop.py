@@ -327,17 +327,19 @@ class Trainer(EpochRun):
 
     def subset_control(self) -> SubsetControl:
         """The control variate the evidence rounds use: ``config.subset_control`` where the
-        rounds fit a subset of the training images with the softmax likelihood, else none."""
+        rounds learn the network's priors by :meth:`fit_evidence` on a subset of the
+        training images (:meth:`evidence_data` is then a ``Subset``), else none (an
+        invariant model's rounds use :meth:`invariance_evidence` instead)."""
         m = self.config.marglik_subset_size
-        if m is None or m >= self.n_train or not self.config.learn_priors:
+        if m is None or m >= self.n_train or not self.config.learn_priors or self.invariant:
             return SubsetControl.NONE
         return self.config.subset_control
 
-    def subset_curvature_ratio(self, data: Dataset) -> float:
+    def subset_curvature_ratio(self, data: Subset) -> float:
         """The control variate's factor on the curvature of ``data``, this round's images
         (:func:`ella.marglik.control.curvature_ratio`; 1 without a control)."""
         control = self.subset_control()
-        if control is SubsetControl.NONE or not isinstance(data, Subset):
+        if control is SubsetControl.NONE:
             return 1.0
         if control is SubsetControl.FORWARD:
             trace = self.current_trace()

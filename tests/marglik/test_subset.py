@@ -94,9 +94,10 @@ def test_trainer_controls_the_subset_curvature(tmp_path):
     from ella.marglik.control import curvature_ratio, output_hessian_trace
     from ella.train import TrainConfig, Trainer
 
-    def trainer(control, subset=20, name="a"):
+    def trainer(control, subset=20, name="a", **options):
         cfg = TrainConfig(model="mlp", train_size=64, test_size=16, width=1, progress=False,
-                          marglik_subset_size=subset, subset_control=control)  # fmt: skip
+                          marglik_subset_size=subset, subset_control=control,
+                          **options)  # fmt: skip
         return Trainer(cfg, tmp_path / name)
 
     assert TrainConfig().subset_control is SubsetControl.TRAINING  # ella train's default
@@ -126,6 +127,9 @@ def test_trainer_controls_the_subset_curvature(tmp_path):
     # none, or every image in the round: no control
     assert trainer("none", name="c").subset_curvature_ratio(data) == 1.0
     assert trainer("forward", subset=64, name="d").subset_control() is SubsetControl.NONE
+    # an invariant model's rounds fit the invariance evidence, not the subset's GGN
+    learned = trainer("training", name="e", invariance="learned", augment="none")
+    assert learned.subset_control() is SubsetControl.NONE
 
 
 def test_a_run_records_the_control_per_round_and_resumes_it(tmp_path):
