@@ -18,11 +18,13 @@ from ella.commandline import (
     THREADS_NOTE,
     add_config_options,
     add_run_options,
-    prepare_run,
+    claim_run,
     reports_errors,
+    say_finished,
 )
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
+from ella.groups import get_group
 from ella.models import mixer
 from ella.rundir import (
     PATH_DROPS,
@@ -31,6 +33,7 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     RESULTS,
     read_json,
+    run_lock,
 )
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
@@ -90,15 +93,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     world = distributed.start()  # several processes under torchrun, else this one
     if getattr(args, "select_paths", False) and world.distributed:
         raise ConfigError("--select-paths runs in one process: run it without torchrun")
-    out, config = prepare_run(args, TrainConfig, "run", world)
-    results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
-    if not world.is_main:
-        return 0
-    print(results["table"])
-    figures = [f.name for f in sorted(out.glob("*.png"))]
-    print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
-    if config.select_paths:
-        print_path_selection(out, config.select_epochs, config.data_dir, config.progress)
+    with claim_run(args, TrainConfig, "run", world) as (out, config):
+        results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+        if not world.is_main:
+            return 0
+        if results.get("finished"):
+            say_finished(out)
+        print(results["table"])
+        figures = [f.name for f in sorted(out.glob("*.png"))]
+        print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
+        if config.select_paths:
+            print_path_selection(out, config.select_epochs, config.data_dir, config.progress)
     return 0
 
 
@@ -119,6 +124,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.symmetry_images < 1:
         raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")
+    if args.symmetry is not None:
+        try:
+            get_group(args.symmetry)  # refused before any work
+        except ValueError as err:
+            raise ConfigError(f"--symmetry {args.symmetry}: {err}") from None
     run_dir = Path(args.run_dir)
     path = run_dir / RESULTS
     if not path.is_file():
@@ -152,14 +162,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         check_droppable(run_dir, args.drop_epochs)
     try:
-        table = format_table(results)
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{path} is incomplete or from another version ({err!r})") from None
-    print(table)
-    if results.get("effective_parameters"):
-        print(f"figure: {save_figure(results, Path(args.run_dir) / 'effective_parameters.png')}")
-    if results.get("eta_history"):
-        print(f"figure: {save_eta_figure(results, Path(args.run_dir) / 'eta.png')}")
+        print(format_table(results))
+        if results.get("effective_parameters"):
+            print(f"figure: {save_figure(results, run_dir / 'effective_parameters.png')}")
+        if results.get("eta_history"):
+            print(f"figure: {save_eta_figure(results, run_dir / 'eta.png')}")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise CheckpointError(
+            f"{path} is incomplete, changed or from another version ({type(err).__name__}: "
+            f"{err}); move it away and run ella train --out RUN --resume to write it again"
+        ) from None
     if args.path_outputs or args.symmetry is not None:
         from ella.train.runs import load_run
 
@@ -169,14 +181,15 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
-    if args.select_paths:  # first: its first round is --drop-paths, which then reuses it
-        print_path_selection(run_dir, args.drop_epochs, args.data_dir)
-    if args.drop_paths:
-        from ella.pathdrop import drop_each_path, format_path_drops
+    with run_lock(run_dir, take=args.select_paths or args.drop_paths):  # they train
+        if args.select_paths:  # first: its first round is --drop-paths, which then reuses it
+            print_path_selection(run_dir, args.drop_epochs, args.data_dir)
+        if args.drop_paths:
+            from ella.pathdrop import drop_each_path, format_path_drops
 
-        result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
-        print(f"\n{format_path_drops(result)}")
-        print(f"written: {Path(args.run_dir) / PATH_DROPS}")
+            result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
+            print(f"\n{format_path_drops(result)}")
+            print(f"written: {Path(args.run_dir) / PATH_DROPS}")
     if not args.select_paths and (run_dir / PATH_SELECTION).is_file():  # shown again
         from ella.pathdrop import format_path_selection
 

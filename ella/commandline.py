@@ -9,8 +9,9 @@ imports the other:
   for enum fields and the default in the help text. Options are parsed with
   ``argparse.SUPPRESS`` defaults, so the namespace holds exactly the options
   the user typed (:func:`given_options`);
-* :func:`prepare_run`: everything that can be checked before data is read: the
-  configuration, ``--out``/``--resume``/``--overwrite``, the device;
+* :func:`claim_run`: everything that can be checked before data is read: the
+  configuration, ``--out``/``--resume``/``--overwrite``, the device; and the run
+  directory's lock (:func:`~ella.rundir.run_lock`), held for the whole command;
 * :func:`reports_errors`: a command prints any :class:`~ella.errors.EllaError`
   as one line and exits with status 1.
 """
@@ -18,27 +19,37 @@ imports the other:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ella.config import Config, choice_type
 from ella.distributed import ONE_PROCESS, World
-from ella.errors import CheckpointError, ConfigError, EllaError
-from ella.rundir import CONFIG, check_run_directory, new_run_directory, read_json
+from ella.errors import CheckpointError, ConfigError, EllaError, Interrupted
+from ella.rundir import (
+    CONFIG,
+    check_run_directory,
+    new_run_directory,
+    read_json,
+    remove_if_unused,
+    resume_note,
+    run_lock,
+)
 from ella.system import resolve_device
 
 __all__ = [
     "add_config_options",
     "add_run_options",
+    "claim_run",
     "config_from_args",
     "given_options",
-    "prepare_run",
     "reports_errors",
+    "say_finished",
 ]
 
 
@@ -140,34 +151,51 @@ def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config
     return new
 
 
-def prepare_run(
+@contextlib.contextmanager
+def claim_run(
     args: argparse.Namespace, config_cls: type[Config], prefix: str, world: World = ONE_PROCESS
-):
-    """Check the options and the run directory before any work, and build the configuration.
+) -> Iterator[tuple[Path, Config]]:
+    """Check the options and the run directory before any work, build the configuration,
+    and hold the run directory for the block: ``with claim_run(...) as (out, config):``.
+
+    Process 0 takes the run directory's lock (:func:`~ella.rundir.run_lock`) before it
+    checks the directory, and holds it until the block ends, so that a second command
+    into the same directory is refused at once (naming this process) instead of mixing
+    two runs. A default run directory (no ``--out``) that the command leaves empty, for
+    a run refused after it was created, is removed. An interrupt (Ctrl-C) inside the
+    block says whether there is a checkpoint to resume from.
 
     In a data-parallel job (``world``) process 0 checks (and creates) the run directory
     and tells the others its name; they build the same configuration (only process 0
     shows progress bars: :attr:`ella.train.engine.EpochRun.progress`).
 
-    Returns:
-        ``(out, config)``.
-
     Raises:
-        EllaError: naming what is wrong (bad option, unusable run directory, resume
-            with a changed option, a device this machine lacks).
+        EllaError: naming what is wrong (bad option, unusable or busy run directory,
+            resume with a changed option, a device this machine lacks).
     """
-    prepared = world.main_first(lambda: _prepare_run(args, config_cls, prefix))
-    if world.is_main:
-        out, config = prepared
-        world.broadcast_text(str(out))
-        return out, config
-    out = Path(world.broadcast_text(None))
-    if args.resume:
-        return out, _resumed_config(out, args, config_cls)
-    return out, config_from_args(args, config_cls)
+    with contextlib.ExitStack() as stack:
+        prepared = world.main_first(lambda: _prepare_run(args, config_cls, prefix, stack))
+        if world.is_main:
+            out, config = prepared
+            world.broadcast_text(str(out))
+        else:
+            out = Path(world.broadcast_text(None))
+            config = (
+                _resumed_config(out, args, config_cls)
+                if args.resume
+                else config_from_args(args, config_cls)
+            )
+        try:
+            yield out, config
+        except KeyboardInterrupt as err:
+            raise Interrupted(f"interrupted; {resume_note(out)}") from err
 
 
-def _prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str):
+def _prepare_run(
+    args: argparse.Namespace, config_cls: type[Config], prefix: str, stack: contextlib.ExitStack
+) -> tuple[Path, Config]:
+    """Check the options, build the configuration, take the run directory's lock (kept
+    by ``stack``) and check the directory under it."""
     if args.out is None and args.resume:
         raise ConfigError("--resume needs --out RUN_DIR")
     if args.resume and args.overwrite:
@@ -175,17 +203,33 @@ def _prepare_run(args: argparse.Namespace, config_cls: type[Config], prefix: str
     if args.out is None:
         config = config_from_args(args, config_cls)
         resolve_device(config.device)
-        return new_run_directory(prefix), config
+        out = new_run_directory(prefix)
+        stack.callback(remove_if_unused, out)  # after the lock is released (last in, first out)
+        stack.enter_context(run_lock(out))
+        return out, config
     out = Path(args.out)
+    if not args.resume:  # refused options leave no directory behind
+        config = config_from_args(args, config_cls)
+        resolve_device(config.device)
+    if not out.exists():
+        stack.callback(remove_if_unused, out)
+    stack.enter_context(run_lock(out))
     if args.resume:
         check_run_directory(out, resume=True, overwrite=False)
         config = _resumed_config(out, args, config_cls)
         resolve_device(config.device)
     else:
-        config = config_from_args(args, config_cls)
-        resolve_device(config.device)
         check_run_directory(out, resume=False, overwrite=args.overwrite)
     return out, config
+
+
+def say_finished(out: Path) -> None:
+    """Tell, on stderr, that ``--resume`` found a finished run and wrote nothing."""
+    print(
+        f"nothing to resume: {out} holds a finished run, left as it is (--overwrite starts "
+        "it again); its results:",
+        file=sys.stderr,
+    )
 
 
 def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
@@ -208,8 +252,8 @@ def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
                 file=sys.stderr,
             )
             return 1
-        except KeyboardInterrupt:
-            print("\ninterrupted; the last completed epoch is checkpointed", file=sys.stderr)
+        except KeyboardInterrupt as err:  # Interrupted says what was kept
+            print(f"\n{err if isinstance(err, Interrupted) else 'interrupted'}", file=sys.stderr)
             return 130
 
     return wrapper

@@ -31,7 +31,11 @@ from typing import Any
 
 from ella.errors import ConfigError
 
-__all__ = ["Choice", "Config", "choice_type", "option"]
+__all__ = ["MAX_SEED", "Choice", "Config", "choice_type", "option"]
+
+#: the largest seed: every random stream's seed, ``seed * stream + epoch``
+#: (:func:`ella.train.engine.epoch_seed`), then fits torch's 64-bit generators
+MAX_SEED = 2**32 - 1
 
 
 class Choice(str, enum.Enum):
@@ -185,6 +189,10 @@ class Config:
                     raise ConfigError(f"{f.name} must be at most {meta['maximum']}, got {value}")
             elif kind is bool and not isinstance(value, bool):
                 raise ConfigError(f"{f.name} must be true or false, got {value!r}")
+            elif kind is str and not isinstance(value, str):
+                raise ConfigError(f"{f.name} must be a string, got {value!r}")
+            elif typing.get_origin(kind) is tuple and not isinstance(value, tuple):
+                raise ConfigError(f"{f.name} must be a list, got {value!r}")
 
     def check(self) -> None:
         """Cross-field checks of a subclass (raise ConfigError)."""

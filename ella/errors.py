@@ -47,6 +47,11 @@ class DistributedError(EllaError, RuntimeError):
     the processes disagree."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a command, with what it leaves behind (a checkpoint to resume from,
+    or none) as its message."""
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
@@ -54,6 +59,7 @@ __all__ = [
     "EllaError",
     "EvidenceError",
     "InputDataError",
+    "Interrupted",
     "RunDirectoryError",
     "TrainingDivergedError",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -40,12 +41,26 @@ def save_text(text: str, path: Path) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, infinities) replaced by ``None``, so that it
+    is written as strict JSON (``null``), which every JSON reader accepts."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
 def save_json(obj: Any, path: Path) -> None:
-    save_text(json.dumps(obj, indent=2) + "\n", path)
+    """``obj`` as indented strict JSON (:func:`strict_json`), written atomically."""
+    save_text(json.dumps(strict_json(obj), indent=2, allow_nan=False) + "\n", path)
 
 
 def save_jsonl(rows: list[dict], path: Path) -> None:
-    save_text("".join(json.dumps(r) + "\n" for r in rows), path)
+    """One strict JSON object per line (:func:`strict_json`), written atomically."""
+    save_text("".join(json.dumps(strict_json(r), allow_nan=False) + "\n" for r in rows), path)
 
 
 def load_checkpoint(path: Path, config) -> dict:
@@ -93,8 +108,14 @@ def load_torch(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or unsafe files
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: it is corrupt, truncated or holds more than "
-            f"tensors and plain values ({first})"
-        ) from err
+        text = str(err).strip()
+        if "weights only load failed" in text.lower() or "unsupported global" in text.lower():
+            # torch's own hint (load with weights_only=False) would run the file's code
+            reason = (
+                "it holds Python objects besides tensors and plain values, which ella never "
+                "loads (unpickling them could run code from the file)"
+            )
+        else:
+            first = text.splitlines()[0] if text else type(err).__name__
+            reason = f"it is corrupt, truncated or not a checkpoint ({first})"
+        raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None

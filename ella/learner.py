@@ -33,9 +33,9 @@ from torch.nn.utils import parameters_to_vector
 
 from ella.choices import GGN, Backend, HessianStructure, PriorMean, PriorMode, PriorUpdate
 from ella.distributed import World, current
-from ella.errors import ConfigError, TrainingDivergedError
+from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.marglik.evidence import at_bound
+from ella.marglik.evidence import at_bound, check_n_data
 
 __all__ = ["PriorLearner"]
 
@@ -60,7 +60,9 @@ class PriorLearner:
     Args:
         model: the network whose priors are learned (ella's relaxed layers and/or
             ``nn.Linear``/``nn.Conv2d``; every trainable parameter belongs to one group).
-        n_data: size ``N`` of the training set (the penalty's and the evidence's scale).
+        n_data: size ``N`` of the training set (the penalty's and the evidence's scale):
+            an ``int`` from 1 to :data:`~ella.marglik.evidence.MAX_N_DATA` (``10**12``;
+            floats and bools are refused).
         structure: which tensors share a precision (``layer_path``, ``tensor``, ``scalar``).
         prior_precision: initial precision ``delta`` of every group.
         lr: Adam learning rate of the log precisions.
@@ -116,8 +118,7 @@ class PriorLearner:
         mean: PriorMean | str = PriorMean.ZERO,
         step: float = 1.0,
     ):
-        if not (isinstance(n_data, int) and n_data >= 1):
-            raise ConfigError(f"n_data must be the training-set size (>= 1), got {n_data!r}")
+        n_data = check_n_data(n_data)
         if not (math.isfinite(prior_precision) and prior_precision > 0):
             raise ConfigError(f"prior_precision must be positive, got {prior_precision}")
         if not (math.isfinite(lr) and lr > 0):
@@ -368,11 +369,21 @@ class PriorLearner:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved; a state that does not fit changes nothing.
+
+        Raises:
+            CheckpointError: ``state`` is not a learner's state (an entry missing, a tensor
+                of another shape than this model's groups, an optimizer state that does
+                not fit).
+            ConfigError: the state is of priors for other groups, or centred elsewhere.
+        """
+        _check_entries(state)
         if list(state["groups"]) != self.prior.names:
             raise ConfigError(
                 f"these priors are for the groups {state['groups']}, not this model's "
                 f"{self.prior.names}"
             )
+        _check_shapes(state, self.prior.n_groups)
         mean = state.get("prior_mean")  # absent before the option existed: zero
         if (mean is None) != (self.prior_mean is None):
             saved = "zero" if mean is None else "init"
@@ -385,13 +396,58 @@ class PriorLearner:
                 f"the saved prior mean has {mean.numel()} values, this model "
                 f"{self.prior_mean.numel()} trainable parameters"
             )
+        try:  # torch checks the state before it changes the optimizer
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(
+                f"the saved optimizer state of the priors does not fit this learner "
+                f"({type(error).__name__}: {error}); {_STATE_FIX}"
+            ) from error
         with torch.no_grad():
             self.log_prior.copy_(state["log_prior"])
-        self.optimizer.load_state_dict(state["optimizer"])
         if mean is not None:
             self.prior_mean = mean.to(self.prior_mean)
         self.history = list(state["history"])
         self.gaps = list(state.get("gaps", []))
+
+
+#: the entries that every :meth:`PriorLearner.state_dict` has
+_STATE_KEYS = ("groups", "log_prior", "optimizer", "history")
+_STATE_FIX = (
+    "the state is damaged or not from PriorLearner.state_dict() of this model: load the "
+    "priors saved with this model (ckpt['priors'] of its run), or start without them"
+)
+
+
+def _check_entries(state) -> None:
+    """Refuse a saved learner state without the entries of :meth:`PriorLearner.state_dict`."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"the saved priors must be a dict, got {type(state).__name__}")
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(
+            f"the saved priors lack the entries {missing} (they have {sorted(state)}); "
+            + _STATE_FIX
+        )
+
+
+def _check_shapes(state: dict, n_groups: int) -> None:
+    """Refuse saved precisions (or Adam moments of them) of another length than the
+    model's ``n_groups`` prior groups."""
+    tensors = {"log_prior": state["log_prior"]}
+    optimizer = state["optimizer"]
+    slots = optimizer.get("state", {}) if isinstance(optimizer, dict) else {}
+    for slot in slots.values() if isinstance(slots, dict) else ():
+        if isinstance(slot, dict):
+            tensors.update({f"optimizer {k}": v for k, v in slot.items() if k != "step"})
+    for name, value in tensors.items():
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
+        if shape != (n_groups,):
+            given = f"has shape {shape}" if shape is not None else f"is a {type(value).__name__}"
+            raise CheckpointError(
+                f"the saved priors' {name} {given}, expected a tensor of shape "
+                f"({n_groups},), one value per prior group of this model; {_STATE_FIX}"
+            )
 
 
 def _gap(log_prior: torch.Tensor, optimum: torch.Tensor | None) -> float:

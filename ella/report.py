@@ -75,7 +75,12 @@ def mean_shares(
     (:func:`share_summary` without the ranges): ``{"fc": ..., "conv": ..., "gconv": ...}``,
     empty for a network without relaxed layers. The training loops record it at every
     evidence round, so a run shows whether its answer had settled, not only its priors."""
-    summary = share_summary(effective_parameter_report(model, evidence, group_precision)["layers"])
+    return layer_mean_shares(effective_parameter_report(model, evidence, group_precision)["layers"])
+
+
+def layer_mean_shares(layers: list[dict]) -> dict[str, float]:
+    """:func:`share_summary` of ``layers`` without the ranges: the mean share per path."""
+    summary = share_summary(layers)
     return {p: summary[p] for p in PATH_NAMES if p in summary}
 
 

@@ -13,15 +13,21 @@ first, then ``checkpoint.pt`` and ``metrics.jsonl`` after every epoch, and
 * default directories (``runs/<prefix>-<date>-<time>``) are created with
   ``mkdir``, which fails if the name is taken, so two runs started in the same
   second get different directories;
-* temporary files of an interrupted atomic write are removed on the next start.
+* temporary files of an interrupted atomic write are removed on the next start;
+* a run directory has one owner at a time: a process that writes into it holds an
+  exclusive ``flock`` on its ``.ella.lock`` (:func:`run_lock`), which the kernel
+  releases when the process ends, so a killed run never leaves a stale lock; a
+  second process is refused at once, with the holder's pid.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -32,6 +38,8 @@ CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 RESULTS = "results.json"
+#: the lock file of a run directory (:func:`run_lock`); present only while a process holds it
+LOCK = ".ella.lock"
 #: what ``ella report RUN --path-outputs`` writes into the run directory
 PATH_OUTPUTS = "path_outputs.json"
 #: what ``ella report RUN --drop-paths`` writes into the run directory
@@ -60,6 +68,7 @@ RUN_OUTPUTS = (
 __all__ = [
     "CHECKPOINT",
     "CONFIG",
+    "LOCK",
     "METRICS",
     "PATH_DROPS",
     "PATH_OUTPUTS",
@@ -75,7 +84,10 @@ __all__ = [
     "holds_run",
     "new_run_directory",
     "read_json",
+    "remove_if_unused",
     "remove_orphan_temporaries",
+    "resume_note",
+    "run_lock",
 ]
 
 
@@ -107,8 +119,18 @@ def checkpoint_note(out: Path | None) -> str:
     return f"there is no checkpoint yet in {out} (one is written after every epoch)"
 
 
+def resume_note(out: Path | None) -> str:
+    """What a stopped run leaves to resume from, and how to go on, for its message."""
+    note = checkpoint_note(out)
+    if out is not None and (Path(out) / CHECKPOINT).is_file():
+        note += "; run the same command with --resume to go on"
+    return note
+
+
 def _is_run_file(name: str) -> bool:
     """Whether a file of this name is one a run writes (or an atomic write's temporary)."""
+    if name == LOCK:
+        return True
     if name.startswith(".") and name.endswith(".tmp"):
         name = name[1:].removesuffix(".tmp").rpartition(".")[0]
     return any(fnmatch(name, pattern) for pattern in (CONFIG, *RUN_OUTPUTS))
@@ -165,10 +187,16 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+    for name in (n for n in (CONFIG, *RUN_OUTPUTS) if "*" not in n):
+        if (out / name).exists() and not (out / name).is_file():
+            raise RunDirectoryError(
+                f"{out / name} is not a file, and ella writes its {name} there: move it away "
+                "or choose another --out"
+            )
     if resume:
         if not (out / CHECKPOINT).is_file():
             raise CheckpointError(f"--resume: no checkpoint at {out / CHECKPOINT}")
-    elif out.is_dir() and any(out.iterdir()):
+    elif out.is_dir() and any(entry.name != LOCK for entry in out.iterdir()):
         if not holds_run(out):
             foreign = foreign_entries(out)
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -236,3 +264,110 @@ def read_json(path: Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object; the {what} cannot be read")
     return data
+
+
+#: run directories this process holds the lock of: resolved path -> [descriptor, depth]
+_HELD: dict[str, list[int]] = {}
+
+
+def _lock_holder(path: Path) -> str:
+    """The pid written into a lock file by its holder, as text ("unknown" if unreadable)."""
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        return "unknown"
+    return pid if pid.isdigit() else "unknown"
+
+
+def _acquire(out: Path) -> int:
+    """Open ``out/.ella.lock`` and take its exclusive lock without waiting; write our pid.
+
+    Raises:
+        RunDirectoryError: another process holds it (named by its pid).
+    """
+    path = out / LOCK
+    for _ in range(100):  # the holder may remove the file between our open and our lock
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise RunDirectoryError(
+                f"cannot write to the run directory {out}: {err.strerror or err}"
+            ) from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunDirectoryError(
+                f"{out} is in use by another ella process (pid {_lock_holder(path)}, which "
+                f"holds {path}); wait for it to end, or choose another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)  # we locked a file its holder had just removed: take the new one
+    raise RunDirectoryError(f"could not take the lock {path}; try again")
+
+
+def _release(out: Path, fd: int) -> None:
+    """Remove the lock file, then release the lock (closing its descriptor)."""
+    with contextlib.suppress(OSError):
+        (out / LOCK).unlink()
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def run_lock(out: Path | None, *, take: bool = True) -> Iterator[None]:
+    """Hold the lock of the run directory ``out`` for the block.
+
+    The lock is an exclusive ``flock`` on ``out/.ella.lock`` (created with ``out``):
+    the kernel releases it when the process ends, however it ends, so a killed run
+    never leaves a stale lock. A process that holds it already may take it again
+    (the blocks nest). Nothing happens for ``out=None`` or ``take=False`` (the other
+    processes of a data-parallel job, whose process 0 holds it).
+
+    Raises:
+        RunDirectoryError: another process holds the lock (the message names its pid),
+            or ``out`` cannot be created.
+    """
+    if out is None or not take:
+        yield
+        return
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+    key = str(out.resolve())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirectoryError(
+            f"cannot write to the run directory {out}: {err.strerror or err}"
+        ) from err
+    fd = _acquire(out)
+    _HELD[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        _release(out, fd)
+
+
+def remove_if_unused(out: Path) -> bool:
+    """Remove the directory ``out`` if it holds nothing (a default run directory of a run
+    refused before it wrote anything); return whether it was removed."""
+    try:
+        out.rmdir()  # only succeeds for an empty directory
+    except OSError:
+        return False
+    return True

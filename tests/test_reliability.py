@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import pickle
 import shutil
 from pathlib import Path
@@ -24,11 +25,17 @@ from ella.cli import main
 from ella.config import Config
 from ella.data.datasets import ImageData
 from ella.ensembles import EnsembleConfig
-from ella.errors import CheckpointError, ConfigError, EvidenceError, InputDataError
+from ella.errors import (
+    CheckpointError,
+    ConfigError,
+    EvidenceError,
+    InputDataError,
+    TrainingDivergedError,
+)
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import UnsupportedModuleError
 from ella.rundir import new_run_directory, remove_orphan_temporaries
-from ella.train import TrainConfig
+from ella.train import TrainConfig, Trainer
 
 TINY = [
     "--model", "mlp", "--train-size", "64", "--test-size", "32", "--width", "1",
@@ -135,14 +142,33 @@ def test_every_real_checkpoint_loads_without_pickle(finished_run, finished_ensem
 # ---------------------------------------------------------------- 3-5 silent failures
 def test_a_diverged_run_exits_non_zero_and_keeps_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "r"
+    # lr 1e30: the weights stay finite, but the test NLL of epoch 1 is not: never saved
     argv = ["train", "--out", str(out), *TINY, "--lr", "1e30", "--batch-size", "64"]
-    refused(capsys, argv, 1, "smaller --lr", "there is no checkpoint yet")
-    # with the evidence after epoch 2, epoch 1 is the last good checkpoint
-    argv += ["--overwrite", "--epochs", "2", "--n-epochs-burnin", "2"]
-    refused(capsys, argv, 1, "smaller --lr", "last good checkpoint is kept")
+    refused(capsys, [*argv, "--n-epochs-burnin", "2"], 1, "test_nll nan", "smaller --lr",
+            "there is no checkpoint yet")  # fmt: skip
+    # with an evidence round after epoch 1, the round finds the outputs not finite
+    err = refused(capsys, [*argv, "--overwrite"], 1, "smaller --lr", "there is no checkpoint yet")
+    assert err.count("smaller --lr") == 1
+    assert not (out / "checkpoint.pt").exists() and not (out / "results.json").exists()
+
+
+def test_the_last_good_checkpoint_has_finite_weights_and_metrics(tmp_path):
+    def blow_up(trainer):  # epoch 2 diverges: epoch 1's checkpoint is the last good one
+        if trainer.state.epoch == 1:
+            with torch.no_grad():
+                for p in trainer.model.parameters():
+                    p.mul_(1e30)
+
+    config = TrainConfig(model="mlp", train_size=64, test_size=32, width=1, epochs=2,
+                         n_epochs_burnin=2, batch_size=64, progress=False)  # fmt: skip
+    out = tmp_path / "r"
+    with pytest.raises(TrainingDivergedError, match="last good checkpoint is kept"):
+        Trainer(config, out, on_epoch_end=blow_up).run()
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["state"]["epoch"] == 1
     assert all(torch.isfinite(t).all() for t in ckpt["model"].values())
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and all(math.isfinite(rows[0][k]) for k in ("test_nll", "train_loss"))
     assert not (out / "results.json").exists()
 
 
@@ -313,6 +339,7 @@ def test_orphan_temporaries_are_removed_on_the_next_start(run, capsys):
     orphan.write_bytes(b"\0" * 1000)
     user_file = run / ".notes.tmp"  # not a name a run writes: kept
     user_file.write_text("mine")
+    (run / "results.json").unlink()  # killed after its last checkpoint: a resume finishes it
     assert main(["train", "--out", str(run), "--resume"]) == 0
     capsys.readouterr()
     assert not orphan.exists() and user_file.exists()

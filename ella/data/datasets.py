@@ -94,16 +94,53 @@ def check_image_data(data: TensorDataset, num_classes: int, what: str = "data") 
         raise InputDataError(f"{what}: the input data contains NaN or infinite values")
     if y.dim() != 1 or len(y) != len(x):
         raise InputDataError(f"{what}: expected one label per image, got labels {tuple(y.shape)}")
-    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+    check_labels(y, num_classes, what)
+
+
+def check_labels(
+    y: torch.Tensor, num_classes: int, what: str = "data", classes_from: str = "num_classes"
+) -> None:
+    """Refuse labels that cross-entropy and the evidence cannot use: they must be one class
+    index per example, a 1-D ``torch.long`` tensor with values in ``[0, num_classes)``.
+
+    Args:
+        y: the labels.
+        num_classes: the number of classes ``K``.
+        what: the data named in the message (``"mnist train set"``...).
+        classes_from: what sets ``K``, named in the fix of an out-of-range label.
+
+    Raises:
+        InputDataError: naming the problem and the fix.
+    """
+    if not isinstance(y, torch.Tensor):
         raise InputDataError(
-            f"{what}: labels must be integers (torch.long), got {y.dtype}; convert them with "
-            "labels.long() if they are whole numbers"
+            f"{what}: labels must be a tensor of class indices, got {type(y).__name__}; "
+            "convert them with torch.as_tensor(labels, dtype=torch.long)"
         )
+    if y.dim() != 1:
+        raise InputDataError(
+            f"{what}: labels must be one class index per example (a 1-D tensor), got shape "
+            f"{tuple(y.shape)}; for one-hot or probability rows use y.argmax(-1), for a "
+            "column y.view(-1)"
+        )
+    if y.dtype != torch.long:
+        whole = not (y.is_floating_point() or y.is_complex()) or bool((y == y.round()).all())
+        raise InputDataError(
+            f"{what}: labels must be integers (int64) class indices, got {y.dtype}; "
+            + (
+                "convert them with y.long()"
+                if whole
+                else "they are not whole numbers: map them to the class indices 0, 1, ..."
+            )
+        )
+    if y.numel() == 0:
+        return
     low, high = int(y.min()), int(y.max())
     if low < 0 or high >= num_classes:
         raise InputDataError(
             f"{what}: labels must be in [0, {num_classes - 1}] for {num_classes} classes, "
-            f"got values from {low} to {high}"
+            f"got values from {low} to {high}; number the classes from 0, or make "
+            f"{classes_from} cover every label"
         )
 
 
@@ -123,6 +160,13 @@ def parse_name(name: str) -> tuple[str | None, str]:
         f"unknown dataset {name!r}; use a base ({', '.join(BASES)}) optionally prefixed by a "
         f"variant ({', '.join(VARIANTS)}), e.g. rotated_mnist"
     )
+
+
+def image_side(name: str) -> int:
+    """The side in pixels of a data set's images, from its name (:func:`parse_name`):
+    32 for CIFAR-10 and the quadrant variants' canvas, 28 for the MNIST sets."""
+    variant, base = parse_name(name)
+    return 32 if base.startswith("cifar") or (variant or "").startswith("quadrant") else 28
 
 
 # ---------------------------------------------------------------- raw arrays (uint8)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from ella import distributed
-from ella.commandline import add_config_options, add_run_options, prepare_run, reports_errors
+from ella.commandline import (
+    add_config_options,
+    add_run_options,
+    claim_run,
+    reports_errors,
+    say_finished,
+)
 from ella.ensembles.config import HELP, EnsembleConfig
 
 __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
@@ -49,12 +55,14 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
     from ella.ensembles.trainer import EnsembleTrainer
 
     world = distributed.start()  # several processes under torchrun, else this one
-    out, config = prepare_run(args, EnsembleConfig, "ensemble", world)
-    results = EnsembleTrainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
-    if not world.is_main:
-        return 0
-    print(format_results(results))
-    print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
+    with claim_run(args, EnsembleConfig, "ensemble", world) as (out, config):
+        results = EnsembleTrainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+        if not world.is_main:
+            return 0
+        if results.get("finished"):
+            say_finished(out)
+        print(format_results(results))
+        print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
     return 0
 
 

@@ -17,7 +17,7 @@ from ella.choices import (
     Normalisation,
     PathName,
 )
-from ella.config import option
+from ella.config import MAX_SEED, option
 from ella.errors import ConfigError
 from ella.train.schedule import OPTIMIZER_HELP, OptimizerConfig
 
@@ -79,7 +79,7 @@ class EnsembleConfig(OptimizerConfig):
     corruption_severities: tuple[int, ...] = option((1, 3, 5), nargs="*")
     osp_group: str | None = None
     # run (seed, progress: OptimizerConfig)
-    init_seed: int | None = option(None, minimum=0)
+    init_seed: int | None = option(None, minimum=0, maximum=MAX_SEED)
     device: str = option("cpu", defines_run=False)
 
     @property
@@ -97,6 +97,11 @@ class EnsembleConfig(OptimizerConfig):
         from ella.system import check_device_name
 
         check_mixer_options(self)
+        if self.member_seeds[-1] > MAX_SEED:
+            raise ConfigError(
+                f"the last member's seed, {self.member_seeds[-1]}, is above {MAX_SEED}: give "
+                f"--init-seed (or --seed) of at most {MAX_SEED - self.members + 1}"
+            )
 
         super().check()
         parse_name(self.dataset)

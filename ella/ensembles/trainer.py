@@ -340,13 +340,18 @@ class EnsembleTrainer(EpochRun):
     def run(self, resume: bool = False, evaluate: bool = True, overwrite: bool = False) -> dict:
         """Train to the configured number of epochs; evaluate and write ``results.json``.
 
-        ``resume`` and ``overwrite`` as for :meth:`ella.train.Trainer.run`.
+        ``resume`` and ``overwrite`` as for :meth:`ella.train.Trainer.run` (a finished
+        run's results are returned as they are, with ``"finished": True``).
         """
         cfg = self.config
         desc = f"{cfg.method} x{cfg.members}"
-        seconds = self.run_epochs(desc, resume=resume, overwrite=overwrite)
-        if evaluate and self.world.is_main:  # the members are the same on every process
-            return self.evaluate(seconds)
+        with self.owning():
+            finished = self.finished_results(resume)
+            if finished is not None:
+                return {**finished, "finished": True}
+            seconds = self.run_epochs(desc, resume=resume, overwrite=overwrite)
+            if evaluate and self.world.is_main:  # the members are the same on every process
+                return self.evaluate(seconds)
         return {"train_time_s": seconds}
 
     def evaluate(self, train_seconds: float = float("nan")) -> dict:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from ella.choices import GGN
 from ella.invariance.kfac import kron_factors, module_blocks
 from ella.invariance.model import InvariantClassifier
+from ella.marglik.evidence import check_n_data
 from ella.marglik.priors import PriorStructure
 
 __all__ = ["InvarianceEvidence"]
@@ -87,7 +88,7 @@ class InvarianceEvidence:
         n = len(x)
         if len(y) != n or len(eps) % n:
             raise ValueError(f"got {n} images, {len(y)} labels and {len(eps)} rows of eps")
-        n_data = n if n_data is None else int(n_data)
+        n_data = n if n_data is None else check_n_data(n_data)
         samples = len(eps) // n
         eta = self.model.eta if eta is None else eta
         keep_graph = torch.is_grad_enabled()  # the GGN needs autograd even when the caller does not

@@ -19,6 +19,7 @@ eigenvalues once after a fit, so each evaluation is a few vector operations
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -52,6 +53,35 @@ _NOT_FINITE = (
     "the GGN of the model is not finite at these weights (overflow); the evidence cannot be "
     "computed. Training probably diverged: try a smaller --lr"
 )
+
+#: the largest training-set size ``N`` accepted (far beyond any data set; ``N`` and the
+#: ratios ``N / M`` stay exact in float64 and int64 arithmetic)
+MAX_N_DATA = 10**12
+
+
+def check_n_data(n_data, name: str = "n_data") -> int:
+    """``n_data`` as a Python ``int`` if it is a valid training-set size ``N``: an integer
+    (``int`` or a NumPy/torch integer scalar; not a bool, and no float, even a whole one)
+    from 1 to :data:`MAX_N_DATA`.
+
+    Raises:
+        ConfigError: naming ``name``, the valid range and the value given.
+    """
+    valid = f"an int from 1 to {MAX_N_DATA:_}"
+    is_bool = isinstance(n_data, bool) or getattr(n_data, "dtype", None) == torch.bool
+    try:
+        n = None if is_bool else operator.index(n_data)
+    except TypeError:
+        n = None
+    if n is None:
+        fix = "pass int(n)" if isinstance(n_data, float) else "pass len(train_set)"
+        raise ConfigError(
+            f"{name} must be the training-set size, {valid} (floats and bools are refused); "
+            f"got {n_data!r} ({type(n_data).__name__}): {fix}"
+        )
+    if not 1 <= n <= MAX_N_DATA:
+        raise ConfigError(f"{name} must be the training-set size, {valid}; got {n}")
+    return int(n)
 
 
 def _non_finite(tensors: list[torch.Tensor]) -> list[int]:
@@ -528,10 +558,14 @@ class LaplaceEvidence:
                 alone.
 
         Raises:
+            ConfigError: ``n_data`` is not an int from 1 to :data:`MAX_N_DATA`
+                (:func:`check_n_data`), or the options do not fit together.
             TrainingDivergedError: the weights are not finite.
             InputDataError: a batch holds NaN or infinite inputs.
             EvidenceError: the curvature is not finite or cannot be decomposed.
         """
+        if n_data is not None:
+            n_data = check_n_data(n_data)
         if not (math.isfinite(curvature_ratio) and curvature_ratio > 0):
             raise ConfigError(f"curvature_ratio must be positive, got {curvature_ratio}")
         if curvature_ratio != 1.0 and n_data is None:
@@ -575,7 +609,7 @@ class LaplaceEvidence:
                     "not called as module(x) in forward"
                 )
         if n_data is not None and (n_data != la.n_data or curvature_ratio != 1.0):
-            self._scale_to(la, int(n_data), curvature_ratio)
+            self._scale_to(la, n_data, curvature_ratio)
         self._la = la
         self._terms = (
             KronEvidenceTerms.from_laplace(la) if self.structure is HessianStructure.KRON else None

@@ -106,6 +106,9 @@ class TrainConfig(ScheduleConfig):
         "gconv_lr": "same",
     }
 
+    #: half the way to each round's optimum (see prior_update)
+    DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
+
     # data
     dataset: str = "mnist_subset"
     data_dir: str | None = option(None, defines_run=False, path=True)
@@ -166,7 +169,7 @@ class TrainConfig(ScheduleConfig):
     # the way to its optimum; adam where the optimum does not apply
     marglik_frequency: int = option(2, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.AUTO
-    prior_step: float = option(0.5, greater_than=0, maximum=1)
+    prior_step: float | None = option(None, greater_than=0, maximum=1)  # DEFAULT_PRIOR_STEP
     # the final state validated better than the best-evidence one in all six runs of
     # benchmarks/results/recipe.md, "Which state to report"
     report_state: ReportedState = ReportedState.FINAL
@@ -185,13 +188,18 @@ class TrainConfig(ScheduleConfig):
 
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
-        from ella.data.datasets import parse_name
+        from ella.data.datasets import image_side
         from ella.models.build import check_mixer_options
         from ella.system import check_device_name
 
         super().check()
 
-        parse_name(self.dataset)
+        side = image_side(self.dataset)
+        if self.augment_shift > side // 2:
+            raise ConfigError(
+                f"--augment-shift {self.augment_shift} moves a {side}x{side} image of "
+                f"{self.dataset} out of view; use at most {side // 2} (half the image)"
+            )
         check_device_name(self.device)
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv")
@@ -200,10 +208,12 @@ class TrainConfig(ScheduleConfig):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
         if len(set(self.zero_init)) != len(self.zero_init):
             raise ConfigError(f"--zero-init must not repeat a path, got {' '.join(self.zero_init)}")
-        if self.train_size is not None and self.validation_size >= self.train_size:
+        if self.train_size is not None and self.validation_size > self.train_size - 2:
             raise ConfigError(
-                f"--validation-size {self.validation_size} leaves no training image of "
-                f"--train-size {self.train_size}; use a validation size below the train size"
+                f"--validation-size {self.validation_size} leaves "
+                f"{max(self.train_size - self.validation_size, 0)} training images of "
+                f"--train-size {self.train_size}; leave at least 2 (use a validation size of "
+                f"at most {max(self.train_size - 2, 0)})"
             )
         if not self.generators:
             raise ConfigError("generators must name at least one generator")

@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -28,9 +30,18 @@ import torch
 from tqdm.auto import tqdm
 
 from ella.distributed import ONE_PROCESS, World, peer_failures
-from ella.errors import ConfigError, InputDataError, TrainingDivergedError
+from ella.errors import CheckpointError, ConfigError, InputDataError, TrainingDivergedError
 from ella.io import load_checkpoint, save_jsonl, save_torch
-from ella.rundir import CHECKPOINT, METRICS, begin_run, checkpoint_note
+from ella.rundir import (
+    CHECKPOINT,
+    METRICS,
+    RESULTS,
+    begin_run,
+    checkpoint_note,
+    read_json,
+    resume_note,
+    run_lock,
+)
 from ella.train.health import new_collapse
 from ella.train.schedule import cosine_lr
 
@@ -41,8 +52,22 @@ __all__ = [
     "epoch_bar",
     "epoch_generator",
     "epoch_seed",
+    "non_finite_metrics",
     "save_epoch",
 ]
+
+#: metrics of an epoch's row that a healthy run keeps finite (a suffix of the key)
+CHECKED_METRICS = ("loss", "accuracy", "nll", "log_marglik")
+
+
+def non_finite_metrics(row: dict) -> list[str]:
+    """Keys of ``row`` whose value is a measured metric (:data:`CHECKED_METRICS`) that is
+    not a finite number: a model that diverged although its weights are finite."""
+    return [
+        key
+        for key, value in row.items()
+        if key.endswith(CHECKED_METRICS) and isinstance(value, float) and not math.isfinite(value)
+    ]
 
 
 class Stream(enum.IntEnum):
@@ -86,6 +111,7 @@ class EpochState:
     epoch: int = 0  # completed epochs
     step: int = 0  # completed optimiser steps
     metrics: list[dict] = field(default_factory=list)  # one row per completed epoch
+    seconds: float = 0.0  # spent in the completed epochs, over every resume
 
 
 class EpochRun(abc.ABC):
@@ -154,11 +180,53 @@ class EpochRun(abc.ABC):
             save_epoch(self.out, self.checkpoint(), self.state.metrics)
 
     def load(self) -> None:
+        """Restore the run from its checkpoint; a checkpoint whose entries do not fit this
+        run (missing, of other shapes or types) is a :class:`CheckpointError` naming it."""
         if self.out is None:
             raise ConfigError("resuming needs a run directory")
-        checkpoint = load_checkpoint(Path(self.out) / CHECKPOINT, self.config)
-        self.restore_entries(checkpoint)
-        self.state = type(self.state)(**checkpoint["state"])
+        path = Path(self.out) / CHECKPOINT
+        checkpoint = load_checkpoint(path, self.config)
+        try:
+            self.restore_entries(checkpoint)
+            state = checkpoint["state"]
+            if not isinstance(state, dict):
+                raise TypeError(f"its state is a {type(state).__name__}, not a dict")
+            self.state = type(self.state)(**state)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1])
+            what = f"it lacks the entry {err}" if isinstance(err, KeyError) else first[:300]
+            raise CheckpointError(
+                f"{path} does not fit this run ({what}): it was not written by a run of this "
+                "configuration, or it was changed; start again with --overwrite or in a new "
+                "run directory"
+            ) from None
+
+    def owning(self) -> contextlib.AbstractContextManager:
+        """Hold the run directory's lock (:func:`~ella.rundir.run_lock`; process 0 of a
+        data-parallel job) for a ``with`` block: training and writing the results."""
+        return run_lock(self.out, take=self.world.is_main)
+
+    def finished_results(self, resume: bool) -> dict | None:
+        """The results of a finished run that ``resume`` asks to continue, else None.
+
+        A finished run is final: its checkpoint is loaded (and so checked), its
+        ``results.json`` returned, and nothing is written.
+
+        Raises:
+            CheckpointError: ``results.json`` is there but the checkpoint is unreadable,
+                of another run, or of an unfinished one.
+        """
+        if not resume or self.out is None or not (Path(self.out) / RESULTS).is_file():
+            return None
+        self.load()
+        if self.state.epoch < self.config.epochs:
+            raise CheckpointError(
+                f"{Path(self.out) / RESULTS} is there, but the checkpoint has "
+                f"{self.state.epoch} of {self.config.epochs} epochs: the results are not this "
+                "run's; move results.json away to resume the run"
+            )
+        return read_json(Path(self.out) / RESULTS, "finished run's results")
 
     # ------------------------------------------------------------------ steps
     def set_lr(self, optimizer: torch.optim.Optimizer) -> float:
@@ -171,16 +239,34 @@ class EpochRun(abc.ABC):
             group["lr"] = lr * group.get("lr_scale", 1.0)
         return lr
 
-    def check_loss(self, loss: torch.Tensor, x: torch.Tensor, what: str = "training loss") -> None:
+    def check_loss(
+        self,
+        loss: torch.Tensor,
+        x: torch.Tensor,
+        what: str = "training loss",
+        prior_term: torch.Tensor | None = None,
+    ) -> None:
         """Raise before a step on a non-finite loss: :class:`InputDataError` when the
-        batch ``x`` itself is not finite, else :class:`TrainingDivergedError`."""
+        batch ``x`` itself is not finite, else :class:`TrainingDivergedError`, whose advice
+        names the prior's options when ``prior_term`` (the loss's prior part) overflowed."""
         if torch.isfinite(loss):
             return
         if not torch.isfinite(x).all():
             raise InputDataError("the input data contains NaN or infinite values")
+        hint = self.divergence_hint
+        if prior_term is not None and not torch.isfinite(prior_term):
+            what = f"prior term 1/2 sum delta theta^2 / N of the {what}"
+            learned = any("log_marglik" in row for row in self.state.metrics)
+            hint = (
+                "The learned prior precisions grew too large: try a smaller --prior-step "
+                "(or --lr-hyp with --prior-update adam), or more --n-epochs-burnin."
+                if learned
+                else "The prior precision is too large for these weights: use a smaller "
+                "--prior-precision."
+            )
         raise TrainingDivergedError(
             f"the {what} became {loss.item()} at epoch {self.state.epoch + 1}, "
-            f"step {self.state.step + 1}; {checkpoint_note(self.out)}. {self.divergence_hint}"
+            f"step {self.state.step + 1}; {checkpoint_note(self.out)}. {hint}"
         )
 
     # ------------------------------------------------------------------ loop
@@ -201,21 +287,34 @@ class EpochRun(abc.ABC):
         )
         if resume and not self.world.is_main:
             self.load()
-        start = time.perf_counter()
         bar = epoch_bar(self.state.epoch, self.config.epochs, desc, self.progress)
         with peer_failures(self.world, self.resume_note):
             for _ in bar:
+                start = time.perf_counter()
                 row = self.train_epoch()
                 self.state.epoch += 1
                 row["epoch"] = self.state.epoch
                 self.after_epoch(row)
+                self.check_metrics(row)
                 self.state.metrics.append(row)
+                self.state.seconds += time.perf_counter() - start
                 self.save()
                 self.note_collapse()
                 bar.set_postfix(self.postfix(row))
                 if on_epoch_end is not None:
                     on_epoch_end(self)
-        return time.perf_counter() - start
+        return self.state.seconds
+
+    def check_metrics(self, row: dict) -> None:
+        """Refuse to checkpoint an epoch whose measured metrics are not finite (the weights
+        are, but the outputs overflow): the checkpoint kept is the last good one."""
+        bad = non_finite_metrics(row)
+        if bad:
+            shown = ", ".join(f"{key} {row[key]}" for key in bad)
+            raise TrainingDivergedError(
+                f"the model diverged in epoch {self.state.epoch} ({shown}); "
+                f"{checkpoint_note(self.out)}. {self.divergence_hint}"
+            )
 
     def note_collapse(self) -> None:
         """Say once, on stderr, when the training accuracy has just collapsed
@@ -227,6 +326,4 @@ class EpochRun(abc.ABC):
 
     def resume_note(self) -> str:
         """Where the last checkpoint is and how to go on from it."""
-        if self.out is None:
-            return checkpoint_note(self.out)
-        return f"{checkpoint_note(self.out)}; run the same command with --resume to go on"
+        return resume_note(self.out)

@@ -29,8 +29,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ella import distributed
 from ella.choices import Likelihood
 from ella.config import option
+from ella.data.datasets import check_labels
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
-from ella.errors import ConfigError
+from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.rundir import RESULTS
@@ -162,6 +163,69 @@ def _n_examples(loader: Iterable) -> int:
     return n
 
 
+def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> None:
+    """Refuse, before any training step, a training loader whose first batch training would
+    fail on (or silently misuse): not an ``(x, y)`` pair of tensors of one length; for
+    classification labels that are not class indices of the model's outputs (one int64
+    per example, in ``[0, K)`` for ``K`` logits); for regression targets of another shape
+    than the outputs (the loss would broadcast them).
+
+    The outputs come from one forward pass in eval mode without gradients (nothing of the
+    model changes); torch's random state is restored after.
+
+    Raises:
+        InputDataError: naming the problem and the fix.
+    """
+    what = "train_loader's first batch"
+    with torch.random.fork_rng(devices=[]):  # a shuffling loader draws its order
+        batch = next(iter(loader), None)
+    if batch is None:
+        raise InputDataError(
+            "train_loader yields no batches: a batch_size above the data set's size with "
+            "drop_last=True?"
+        )
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        size = f" of {len(batch)} entries" if hasattr(batch, "__len__") else ""
+        raise InputDataError(
+            f"{what}: train_loader must yield (inputs, targets) pairs, got a "
+            f"{type(batch).__name__}{size}; make the data set's items (x, y)"
+        )
+    x, y = batch
+    for name, value in (("inputs", x), ("targets", y)):
+        if not isinstance(value, torch.Tensor):
+            raise InputDataError(
+                f"{what}: the {name} must be a tensor, got {type(value).__name__}; "
+                "convert them with torch.as_tensor"
+            )
+    if x.dim() == 0 or y.dim() == 0 or len(x) != len(y):
+        raise InputDataError(
+            f"{what}: {tuple(x.shape)} inputs but {tuple(y.shape)} targets; give one target "
+            "per input (the same first dimension)"
+        )
+    was_training = model.training
+    device = next(model.parameters()).device
+    try:
+        model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            output = model(x.to(device))
+    finally:
+        model.train(was_training)
+    if config.likelihood == "classification":
+        if output.dim() != 2 or len(output) != len(y):
+            raise InputDataError(
+                f"{what}: classification needs logits (batch, classes) from the model, got "
+                f"outputs {tuple(output.shape)} for {len(y)} examples; or use "
+                "likelihood='regression'"
+            )
+        check_labels(y, output.shape[1], what, classes_from="the model's output width")
+    elif output.shape != y.shape:
+        raise InputDataError(
+            f"{what}: regression needs targets of the outputs' shape {tuple(output.shape)}, "
+            f"got {tuple(y.shape)} (they would broadcast); reshape them, e.g. "
+            "y.view(len(y), -1), or change the model's outputs"
+        )
+
+
 @dataclass
 class _FitState(EpochState):
     log_marglik_epochs: list[int] = field(default_factory=list)
@@ -204,8 +268,9 @@ class _FitRun(EpochRun):
             n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
             output = self.train_model(x)
             data = self.world.mean_share(data_loss(output, y, config), len(y), n_batch)
-            loss = data + self.priors.penalty()
-            self.check_loss(loss, x)
+            prior_term = self.priors.penalty()
+            loss = data + prior_term
+            self.check_loss(loss, x, prior_term=prior_term)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
@@ -281,6 +346,10 @@ def fit(
 
     Raises:
         ConfigError: bad options or loaders (before any training).
+        InputDataError: the first training batch is not ``(x, y)`` of one length, or its
+            labels are not class indices of the model's outputs (int64, one per example,
+            in ``[0, K)`` for ``K`` logits), or its regression targets not of the outputs'
+            shape (before any training).
         TrainingDivergedError: the loss or the evidence stopped being finite (the
             last epoch's checkpoint is kept).
     """
@@ -296,9 +365,20 @@ def fit(
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
+    _check_first_batch(model, train_loader, config)
     world = distributed.start()
     run = _FitRun(model, priors, train_loader, test_loader, config, out, world)
-    run.run_epochs("epochs", resume=resume, overwrite=overwrite)
+    with run.owning():
+        finished = run.finished_results(resume) is not None  # its results.json stays
+        run.run_epochs("epochs", resume=resume, overwrite=overwrite)
+        result = _fit_result(run, model, priors, config)
+        if out is not None and world.is_main and not finished:
+            save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
+    return result
+
+
+def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner, config: FitConfig):
+    """The :class:`FitResult` of a trained run (the report of its final weights)."""
     state = run.state
     last_round = state.log_marglik_epochs[-1:] == [state.epoch]
     fitted_now = last_round and priors.evidence is not None
@@ -306,7 +386,7 @@ def fit(
         torch.manual_seed(epoch_seed(config.seed, config.epochs + 1, Stream.DATA_ORDER))
         priors.fit(run.train_loader)
     report = priors.report()
-    result = FitResult(
+    return FitResult(
         model=model,
         priors=priors,
         prior_precision=priors.prior_precision,
@@ -322,6 +402,3 @@ def fit(
         shares_history=shares_history(state.metrics),
         training_collapse=training_collapse(state.metrics),
     )
-    if out is not None and world.is_main:
-        save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
-    return result

@@ -51,6 +51,13 @@ from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import check_memory, non_finite_parameters
 from ella.models import Mixer
 from ella.models.build import build_model
+from ella.report import (
+    effective_parameter_report,
+    format_table,
+    layer_mean_shares,
+    save_eta_figure,
+    save_figure,
+)
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
@@ -62,16 +69,17 @@ from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
 def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDataset | None]:
     """Hold out the last ``size`` training images as a validation set.
 
-    Returns the data with the remaining training images, and the validation set
-    (``None`` when ``size`` is 0). The test set is untouched.
+    Returns the data with the remaining training images (at least 2), and the
+    validation set (``None`` when ``size`` is 0). The test set is untouched.
     """
     if size == 0:
         return data, None
     x, y = data.train.tensors
-    if size >= len(x):
+    if size > len(x) - 2:
         raise ConfigError(
-            f"--validation-size {size} leaves no training image of the {len(x)} loaded; "
-            "use a smaller validation size or a larger --train-size"
+            f"--validation-size {size} leaves {max(len(x) - size, 0)} training images of the "
+            f"{len(x)} loaded; leave at least 2: use a smaller validation size or a larger "
+            "--train-size"
         )
     train = TensorDataset(x[:-size], y[:-size])
     return dataclasses.replace(data, train=train), TensorDataset(x[-size:], y[-size:])
@@ -111,6 +119,9 @@ class TrainState(EpochState):
     marglik: list[float] = field(default_factory=list)
     marglik_epochs: list[int] = field(default_factory=list)
     best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
+    # the last evidence round: epoch, log_marglik and its effective-parameter report, so
+    # that a run resumed after its last epoch reports exactly what it would have
+    last_round: dict | None = None
 
 
 class Trainer(EpochRun):
@@ -168,7 +179,7 @@ class Trainer(EpochRun):
             torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
         )
         self.state = TrainState()
-        # (epoch, evidence, log evidence) of the last evidence step, reused by the report
+        # (epoch, evidence, log evidence) of the last evidence step, reported by the round
         self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         #: ``1 - sum p^2`` of every training image in its training passes, the mean of
@@ -290,10 +301,11 @@ class Trainer(EpochRun):
             lr = self.set_lr(self.optimizer)
             logits = self.predict_train(x, eps_generator)
             data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
-            loss = data_loss + self.priors.penalty()
+            prior_term = self.priors.penalty()
+            loss = data_loss + prior_term
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
-            self.check_loss(loss, x)
+            self.check_loss(loss, x, prior_term=prior_term)
             self.optimizer.zero_grad(set_to_none=True)
             if cfg.invariance == "augerino":
                 self.eta_optimizer.zero_grad(set_to_none=True)
@@ -475,19 +487,29 @@ class Trainer(EpochRun):
         """Train to the configured number of epochs and write ``results.json``.
 
         Args:
-            resume: continue the run in the run directory from its checkpoint.
+            resume: continue the run in the run directory from its checkpoint; a run
+                that finished (it has ``results.json``) is final: its results are
+                returned, with ``"finished": True``, and nothing is written.
             overwrite: start again in a directory that holds a run (its outputs are
                 removed first); without it such a directory is refused.
         """
         try:
-            seconds = self.run_epochs(
-                "epochs", resume=resume, overwrite=overwrite, on_epoch_end=self.on_epoch_end
-            )
-            return self.finish(seconds)
+            with self.owning():
+                finished = self.finished_results(resume)
+                if finished is not None:  # final: reported as it is, nothing written
+                    return {**finished, "table": format_table(finished), "finished": True}
+                seconds = self.run_epochs(
+                    "epochs", resume=resume, overwrite=overwrite, on_epoch_end=self.on_epoch_end
+                )
+                return self.finish(seconds)
         except EvidenceError as err:
+            advice = (
+                ""
+                if "smaller --lr" in str(err)
+                else ". Training probably diverged: try a smaller --lr"
+            )
             raise TrainingDivergedError(
-                f"{err}. Training probably diverged: try a smaller --lr; "
-                f"{checkpoint_note(self.out)}"
+                f"{str(err).rstrip('.')}{advice}; {checkpoint_note(self.out)}"
             ) from err
 
     def after_epoch(self, row: dict) -> None:
@@ -503,7 +525,10 @@ class Trainer(EpochRun):
                 row["prior_gap"] = self.priors.gaps[-1]
             if self.subset_control() is not SubsetControl.NONE:
                 row["curvature_ratio"] = self.last_curvature_ratio
-            shares = self.round_shares()
+            report = self.round_report()
+            self.state.last_round = {"epoch": self.state.epoch, "log_marglik": value,
+                                     "report": report}  # fmt: skip
+            shares = layer_mean_shares(report["layers"])
             if shares:  # a network with relaxed layers
                 row["shares"] = shares
             keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
@@ -519,13 +544,11 @@ class Trainer(EpochRun):
         for split, metrics in self.evaluate_sets().items():
             row.update({f"{split}_{k}": v for k, v in metrics.items()})
 
-    def round_shares(self) -> dict[str, float]:
-        """:func:`ella.report.mean_shares` at the evidence just fitted and the priors it
-        ended with."""
-        from ella.report import mean_shares
-
+    def round_report(self) -> dict[str, list[dict]]:
+        """:func:`ella.report.effective_parameter_report` at the evidence just fitted and the
+        priors it ended with."""
         _, evidence, _ = self._last_evidence
-        return mean_shares(self.net, evidence, self.log_prior.detach().exp())
+        return effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
 
     def evaluate_sets(self) -> dict[str, dict[str, float]]:
         """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
@@ -546,12 +569,6 @@ class Trainer(EpochRun):
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
         from ella.marglik import class_frequency_model
-        from ella.report import (
-            effective_parameter_report,
-            format_table,
-            save_eta_figure,
-            save_figure,
-        )
 
         final = self.evaluate_sets()
         best = self.state.best  # kept only with --report-state best_evidence
@@ -562,17 +579,19 @@ class Trainer(EpochRun):
                 self.log_prior.copy_(best["log_prior"])
             reported = self.evaluate_sets()
         epoch = best["epoch"] if best is not None else self.state.epoch
-        if self._last_evidence is not None and self._last_evidence[0] == epoch:
-            _, evidence, final_marglik = self._last_evidence  # at exactly these weights
-        elif self.invariant:
-            with torch.no_grad():
-                evidence, value = self.invariance_evidence(torch.Generator().manual_seed(0))
-            final_marglik = float(value)
+        last = self.state.last_round
+        if last is not None and last["epoch"] == epoch:  # at exactly these weights
+            report, final_marglik = last["report"], last["log_marglik"]
         else:
-            evidence = self.fit_evidence()
-            with torch.no_grad():
-                final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
-        report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
+            if self.invariant:
+                with torch.no_grad():
+                    evidence, value = self.invariance_evidence(torch.Generator().manual_seed(0))
+                final_marglik = float(value)
+            else:
+                evidence = self.fit_evidence()
+                with torch.no_grad():
+                    final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
+            report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
         results = {
             # test_accuracy, final_test_nll, validation_accuracy (if held out), ...
             **{

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from ella.choices import (
     PriorMode,
     PriorUpdate,
 )
-from ella.config import Config, option
+from ella.config import MAX_SEED, Config, option
 from ella.errors import ConfigError
 from ella.nn.paths import FCPath, GConvPath
 
@@ -44,7 +45,7 @@ class OptimizerConfig(Config):
     momentum: float = option(0.9, minimum=0, maximum=1)
     lr_scaling: LRScaling = LRScaling.NONE
     gconv_lr: GConvRate = GConvRate.SAME
-    seed: int = option(0, minimum=0)
+    seed: int = option(0, minimum=0, maximum=MAX_SEED)
     progress: bool = option(True, defines_run=False)
 
     def check(self) -> None:
@@ -90,15 +91,22 @@ class ScheduleConfig(OptimizerConfig):
     n_epochs_burnin: int = option(4, minimum=0)
     marglik_frequency: int = option(3, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.ADAM
-    prior_step: float = option(1.0, greater_than=0, maximum=1)
+    # None: DEFAULT_PRIOR_STEP, or 1 with --prior-update adam (which does not use it)
+    prior_step: float | None = option(None, greater_than=0, maximum=1)
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
     ggn: GGN = GGN.EXACT
 
+    #: the step towards the round's optimum when ``prior_step`` is not given
+    DEFAULT_PRIOR_STEP: ClassVar[float] = 1.0
+
     def check(self) -> None:
         super().check()
+        if self.prior_step is None:  # resolved by the rule, so a default never refuses
+            step = 1.0 if self.prior_update == PriorUpdate.ADAM else self.DEFAULT_PRIOR_STEP
+            object.__setattr__(self, "prior_step", step)
         if self.prior_update_rule() == PriorUpdate.OPTIMUM and self.hessian != "kron":
             raise ConfigError(
                 f"--prior-update {self.prior_update} (the round's optimum) needs --hessian "
@@ -262,7 +270,7 @@ SCHEDULE_HELP: dict[str, str] = {
     "invariance)",
     "prior_step": "with --prior-update optimum (or auto, where it resolves to optimum): the "
     "fraction of the way to each round's optimum that the log precisions move (1: to the "
-    "optimum; below 1 damps the rounds)",
+    "optimum; below 1 damps the rounds); unused by adam",
     "n_hypersteps": "Adam steps on the prior precisions per evidence fit (--prior-update adam)",
     "lr_hyp": "Adam learning rate for the log prior precisions",
     "backend": "curvature backend of the Laplace evidence",

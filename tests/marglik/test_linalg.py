@@ -93,8 +93,9 @@ def test_scipy_only_where_openblas_would_use_torchs_thread_count(monkeypatch):
 
 def test_a_batch_is_split_over_torch_threads_with_the_same_eigenvalues(monkeypatch):
     """torch decomposes a CPU batch on one thread, so it is split into one part per
-    thread; each matrix meets LAPACK alone either way, so the values are bit-identical,
-    and a part LAPACK does not converge on makes its whole batch ``None``."""
+    thread; the values are those of the whole batch (to float rounding: on some CPUs
+    LAPACK's kernels round a matrix differently by its place in a batch), and a part
+    LAPACK does not converge on makes its whole batch ``None``."""
     torch.manual_seed(0)
     x = torch.randn(7, 5, 12)
     stack, small = x @ x.transpose(1, 2), torch.eye(4)[None]
@@ -108,7 +109,8 @@ def test_a_batch_is_split_over_torch_threads_with_the_same_eigenvalues(monkeypat
     monkeypatch.setattr(torch.linalg, "eigvalsh", counting)
     values, one = batched_eigvalsh([stack, small])
     assert sorted(shapes) == [(1, 4, 4), (2, 5, 5), (2, 5, 5), (3, 5, 5)]
-    assert torch.equal(values, real(stack, UPLO="U")) and torch.equal(one, real(small))
+    torch.testing.assert_close(values, real(stack, UPLO="U"), rtol=1e-6, atol=1e-5)
+    assert torch.equal(one, real(small))
 
     def last_part_fails(matrix, UPLO="L"):
         if matrix.shape[0] == 2 and torch.equal(matrix, stack[-2:]):

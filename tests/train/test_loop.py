@@ -181,7 +181,7 @@ def test_validation_split_holds_out_the_last_training_images(tmp_path):
     assert results["validation_size"] == 16 and results["train_size"] == 32
     assert 0 <= results["validation_accuracy"] <= 1
     assert "validation_accuracy" not in full.run()
-    with pytest.raises(ValueError, match="validation-size 48 leaves no training image"):
+    with pytest.raises(ValueError, match="validation-size 48 leaves 0 training images"):
         Trainer(tiny_config(train_size=48, validation_size=48), tmp_path / "bad")
 
 

@@ -1,0 +1,255 @@
+"""The Python API refuses bad inputs with an ``EllaError`` that names the problem and the fix,
+before anything is trained: ``ella.fit``'s first batch, ``n_data`` wherever it enters, and
+``PriorLearner.load_state_dict``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import ella
+from ella import FitConfig, PriorLearner
+from ella.errors import CheckpointError, ConfigError, EllaError, InputDataError
+from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik.evidence import MAX_N_DATA, check_n_data
+from ella.train.fit import _check_first_batch
+
+FAST = dict(epochs=1, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=1, progress=False)
+N, K = 8, 3  # examples, classes
+
+
+def tiny_model(outputs: int = K) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, outputs))
+
+
+def inputs() -> torch.Tensor:
+    return torch.randn(N, 4, generator=torch.Generator().manual_seed(1))
+
+
+def labels() -> torch.Tensor:
+    return torch.arange(N) % K
+
+
+def loader(y: torch.Tensor, **kwargs) -> DataLoader:
+    return DataLoader(TensorDataset(inputs(), y), **{"batch_size": 4, **kwargs})
+
+
+class Items(Dataset):
+    """A data set whose items are whatever ``item(i)`` returns."""
+
+    def __init__(self, item):
+        self.item = item
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i):
+        return self.item(i)
+
+
+def fewer_labels(batch):
+    x, y = zip(*batch, strict=True)
+    return torch.stack(x), torch.stack(y)[:-1]
+
+
+def labels_as_list(batch):
+    x, y = zip(*batch, strict=True)
+    return torch.stack(x), [int(v) for v in y]
+
+
+# one row per bad first batch: id, the loader, the model's outputs, fit's options,
+# the words the message must contain
+BAD_BATCHES = [
+    ("float labels", lambda: loader(labels().float()), K, {},
+     ["labels must be integers (int64)", "torch.float32", "y.long()"]),
+    ("fractional labels", lambda: loader(labels() + 0.5), K, {},
+     ["labels must be integers (int64)", "not whole numbers"]),
+    ("int32 labels", lambda: loader(labels().int()), K, {},
+     ["labels must be integers (int64)", "torch.int32", "y.long()"]),
+    ("label above the classes", lambda: loader(labels() + 3), K, {},
+     ["labels must be in [0, 2] for 3 classes", "from 3 to 5", "the model's output width"]),
+    ("negative label", lambda: loader(labels() - 1), K, {},
+     ["labels must be in [0, 2]", "from -1 to 1"]),
+    ("one-hot labels", lambda: loader(F.one_hot(labels(), K).float()), K, {},
+     ["one class index per example", "(4, 3)", "y.argmax(-1)"]),
+    ("a column of labels", lambda: loader(labels()[:, None]), K, {},
+     ["one class index per example", "(4, 1)", "y.view(-1)"]),
+    ("fewer labels than images",
+     lambda: DataLoader(TensorDataset(inputs(), labels()), batch_size=4,
+                        collate_fn=fewer_labels), K, {},
+     ["(4, 4) inputs but (3,) targets", "one target per input"]),
+    ("labels not a tensor",
+     lambda: DataLoader(TensorDataset(inputs(), labels()), batch_size=4,
+                        collate_fn=labels_as_list), K, {},
+     ["targets must be a tensor", "list"]),
+    ("not a pair",
+     lambda: DataLoader(TensorDataset(inputs(), labels(), labels()), batch_size=4), K, {},
+     ["(inputs, targets) pairs", "list of 3 entries"]),
+    ("a dict per item", lambda: DataLoader(Items(lambda i: {"x": inputs()[i], "y": i % K}),
+                                           batch_size=4), K, {},
+     ["(inputs, targets) pairs", "dict"]),
+    ("no batches", lambda: loader(labels(), drop_last=True, batch_size=16), K, {},
+     ["yields no batches", "drop_last"]),
+    ("one output per example", lambda: loader(labels()), 1, {"likelihood": "regression"},
+     ["regression needs targets of the outputs' shape (4, 1)", "got (4,)", "y.view"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make_loader, outputs, options, words",
+    [pytest.param(*row[1:], id=row[0]) for row in BAD_BATCHES],
+)
+def test_fit_refuses_a_bad_first_batch_before_any_training_step(
+    make_loader, outputs, options, words
+):
+    model = tiny_model(outputs)
+    before = [p.detach().clone() for p in model.parameters()]
+    trained = []  # a forward in training mode: a training step began
+    model.register_forward_hook(lambda module, args, out: trained.append(module.training))
+    rng = torch.get_rng_state()
+    with pytest.raises(InputDataError) as caught:
+        ella.fit(model, make_loader(), **FAST, **options)
+    for word in words:
+        assert word in str(caught.value)
+    assert trained == [False] * len(trained)  # at most the check's forward, in eval mode
+    assert model.training  # the check's eval mode undone
+    for a, b in zip(before, model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_fit_with_good_batches_still_trains():
+    model = tiny_model()
+    trained = []
+    model.register_forward_hook(lambda module, args, out: trained.append(module.training))
+    result = ella.fit(model, loader(labels(), shuffle=True), **FAST)
+    assert trained.count(True) >= 2 and len(result.metrics) == 1
+
+
+def test_the_first_batch_check_leaves_torchs_generator_and_the_model_as_they_were():
+    model = tiny_model()
+    rng = torch.get_rng_state()
+    _check_first_batch(model, loader(labels(), shuffle=True), FitConfig())
+    assert torch.equal(torch.get_rng_state(), rng) and model.training
+
+
+# one row per bad n_data, through each public entry: the call, the words of the message
+def learner(n_data):
+    return PriorLearner(tiny_model(), n_data=n_data)
+
+
+def from_config(n_data):
+    return PriorLearner.from_config(tiny_model(), n_data, FitConfig())
+
+
+def evidence_fit(n_data):
+    model = tiny_model()
+    LaplaceEvidence(model, PriorStructure(model)).fit(loader(labels()), n_data=n_data)
+
+
+BAD_N_DATA = [
+    (learner, True, ["n_data", "1 to 1_000_000_000_000", "True (bool)", "bools are refused"]),
+    (learner, False, ["n_data", "False (bool)"]),
+    (learner, torch.tensor(True), ["n_data", "bools are refused"]),
+    (learner, 10**30, ["n_data", "1 to 1_000_000_000_000", f"got {10**30}"]),
+    (learner, MAX_N_DATA + 1, ["n_data", f"got {MAX_N_DATA + 1}"]),
+    (learner, 0, ["n_data must be the training-set size", "got 0"]),
+    (learner, -5, ["n_data", "got -5"]),
+    (learner, 10.0, ["n_data", "floats", "10.0 (float)", "int(n)"]),
+    (learner, 10.5, ["n_data", "10.5 (float)"]),
+    (learner, "10", ["n_data", "'10' (str)", "len(train_set)"]),
+    (learner, None, ["n_data", "None (NoneType)"]),
+    (from_config, True, ["n_data", "True (bool)"]),
+    (from_config, 10**30, ["n_data", "1_000_000_000_000"]),
+    (evidence_fit, True, ["n_data", "True (bool)"]),
+    (evidence_fit, 0, ["n_data", "got 0"]),
+    (evidence_fit, 8.0, ["n_data", "8.0 (float)"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call, n_data, words",
+    [pytest.param(*row, id=f"{row[0].__name__}-{row[1]!r}") for row in BAD_N_DATA],
+)
+def test_a_bad_n_data_is_refused_with_the_valid_range(call, n_data, words):
+    with pytest.raises(ConfigError) as caught:
+        call(n_data)
+    for word in words:
+        assert word in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "n_data, expected",
+    [(1, 1), (MAX_N_DATA, MAX_N_DATA), (np.int64(24), 24), (torch.tensor(24), 24)],
+)
+def test_integer_n_data_is_taken_as_a_python_int(n_data, expected):
+    assert check_n_data(n_data) == expected and type(check_n_data(n_data)) is int
+    priors = learner(n_data)
+    assert priors.n_data == expected and type(priors.n_data) is int
+
+
+# one row per broken saved state: how it is broken, the words of the message
+def without(*keys):
+    return lambda state: {k: v for k, v in state.items() if k not in keys}
+
+
+def replaced(key, value):
+    return lambda state: {**state, key: value}
+
+
+def with_adam_moments(exp_avg):
+    def edit(state):
+        optimizer = dict(state["optimizer"])
+        optimizer["state"] = {0: {"step": torch.tensor(1.0), "exp_avg": exp_avg,
+                                  "exp_avg_sq": torch.ones(2)}}  # fmt: skip
+        return {**state, "optimizer": optimizer}
+
+    return edit
+
+
+BAD_STATES = [
+    ("no log_prior", without("log_prior"), ["lack the entries ['log_prior']", "state_dict()"]),
+    ("no optimizer or history", without("optimizer", "history"),
+     ["lack the entries ['optimizer', 'history']", "they have"]),
+    ("log_prior too long", replaced("log_prior", torch.zeros(3)),
+     ["log_prior has shape (3,)", "expected a tensor of shape (2,)", "prior group"]),
+    ("log_prior a scalar", replaced("log_prior", torch.tensor(0.0)),
+     ["log_prior has shape ()", "(2,)"]),
+    ("log_prior a list", replaced("log_prior", [0.0, 0.0]), ["log_prior is a list", "(2,)"]),
+    ("Adam moment too short", with_adam_moments(torch.zeros(1)),
+     ["optimizer exp_avg has shape (1,)", "(2,)"]),
+    ("optimizer without groups", replaced("optimizer", {"state": {}, "param_groups": []}),
+     ["optimizer state of the priors does not fit", "ValueError"]),
+    ("optimizer without param_groups", replaced("optimizer", {"state": {}}),
+     ["optimizer state of the priors does not fit", "KeyError"]),
+    ("not a dict", lambda state: list(state), ["must be a dict", "got list"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("edit, words", [pytest.param(*row[1:], id=row[0]) for row in BAD_STATES])
+def test_load_state_dict_refuses_a_broken_state_and_changes_nothing(edit, words):
+    saved = PriorLearner(tiny_model(), n_data=N, prior_precision=2.0).state_dict()
+    priors = PriorLearner(tiny_model(), n_data=N)
+    priors.history = [1.0]
+    before = priors.log_prior.detach().clone()
+    with pytest.raises(CheckpointError) as caught:
+        priors.load_state_dict(edit(saved))
+    assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, EllaError)
+    for word in words:
+        assert word in str(caught.value)
+    torch.testing.assert_close(priors.log_prior.detach(), before, rtol=0, atol=0)
+    assert priors.history == [1.0] and priors.optimizer.state_dict()["state"] == {}
+
+
+def test_load_state_dict_still_loads_a_whole_state():
+    first = PriorLearner(tiny_model(), n_data=N, prior_precision=2.0)
+    first.evidence_step(loader(labels()), n_hypersteps=2)
+    second = PriorLearner(tiny_model(), n_data=N)
+    second.load_state_dict(first.state_dict())
+    torch.testing.assert_close(second.log_prior, first.log_prior, rtol=0, atol=0)
+    assert second.history == first.history

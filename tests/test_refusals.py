@@ -1,0 +1,348 @@
+"""Hostile and mistaken inputs, one row each: the command, its exit status and the words its
+error must contain; and the run directory's ownership: one process at a time, a finished run
+final, a killed run's lock never stale.
+
+Each command runs ``ella`` in-process on tiny data (:func:`refused`), except where two
+processes or a killed one are the point. The Python API's rows are in
+``tests/test_api_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ella.cli import main
+from ella.config import MAX_SEED
+from ella.groups import MAX_ROTATIONS
+from ella.io import save_jsonl, strict_json
+from ella.rundir import LOCK, run_lock
+from ella.train import TrainConfig
+
+TINY = [
+    "--model", "mlp", "--train-size", "64", "--test-size", "32", "--width", "1",
+    "--epochs", "1", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
+    "--n-hypersteps", "2", "--batch-size", "32", "--no-progress",
+]  # fmt: skip
+#: a mixer whose evidence rounds draw a subset and use the control variate, as by default
+SUBSET = [
+    "--train-size", "192", "--test-size", "32", "--width", "1", "--epochs", "2",
+    "--n-epochs-burnin", "1", "--marglik-frequency", "1", "--marglik-subset-size", "64",
+    "--batch-size", "64", "--seed", "3", "--no-progress",
+]  # fmt: skip
+
+
+def refused(capsys, argv: list[str], status: int, *needles: str) -> str:
+    """Run ``ella argv``; assert the exit status, that stderr holds every needle, and that
+    no traceback was printed."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == status, err
+    for needle in needles:
+        assert needle in err, err
+    assert "Traceback" not in err
+    return err
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert main(["train", "--out", str(out), *TINY]) == 0
+    return out
+
+
+@pytest.fixture
+def run(finished, tmp_path) -> Path:
+    """A private copy of a finished tiny run."""
+    return Path(shutil.copytree(finished, tmp_path / "run"))
+
+
+# ---------------------------------------------------------------- the table
+def _edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def _config_only_checkpoint(run: Path) -> None:
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    torch.save({"config": ckpt["config"]}, run / "checkpoint.pt")
+
+
+def _other_width_checkpoint(run: Path) -> None:
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt["model"] = {k: torch.zeros(*(2 * n for n in v.shape)) for k, v in ckpt["model"].items()}
+    torch.save(ckpt, run / "checkpoint.pt")
+
+
+def _non_dict_state_checkpoint(run: Path) -> None:
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt["state"] = [1, 2]
+    torch.save(ckpt, run / "checkpoint.pt")
+
+
+def _results_directory(run: Path) -> None:
+    (run / "results.json").unlink()
+    (run / "results.json").mkdir()
+
+
+def _pickle_checkpoint(run: Path) -> None:
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (run / "pwned",))
+
+    torch.save({"config": {}, "model": Payload()}, run / "checkpoint.pt")
+
+
+# (name, prepare(run) or None, argv with RUN for the run's directory, status, needles)
+CASES = [
+    ("shift beyond the image", None, ["train", *TINY, "--augment-shift", "1000"], 1,
+     ["--augment-shift 1000", "at most 14"]),
+    ("shift on CIFAR's 32 pixels", None,
+     ["train", *TINY, "--dataset", "cifar10_subset", "--augment-shift", "17"], 1, ["at most 16"]),
+    ("seed past torch's generators", None, ["train", *TINY, "--seed", str(2**50)], 1,
+     [f"seed must be at most {MAX_SEED}"]),
+    ("negative seed", None, ["train", *TINY, "--seed", "-1"], 1, ["seed must be at least 0"]),
+    ("ensemble seed past the generators", None,
+     ["ensemble", "--train-size", "16", "--test-size", "8", "--epochs", "1", "--members", "2",
+      "--width", "1", "--no-progress", "--seed", str(2**40)], 1, ["seed must be at most"]),
+    ("validation leaves one image", None,
+     ["train", *TINY, "--validation-size", "63"], 1, ["leaves 1 training images", "at most 62"]),
+    ("a prior precision that overflows", None, ["train", *TINY, "--prior-precision", "1e300"], 1,
+     ["prior term", "smaller --prior-precision", "there is no checkpoint yet"]),
+    ("checkpoint with only a config", _config_only_checkpoint, ["train", "--out", "RUN",
+     "--resume"], 1, ["does not fit this run", "lacks the entry 'model'"]),
+    ("checkpoint of another width", _other_width_checkpoint, ["train", "--out", "RUN", "--resume"],
+     1, ["does not fit this run", "size mismatch"]),
+    ("checkpoint whose state is a list", _non_dict_state_checkpoint,
+     ["train", "--out", "RUN", "--resume"], 1, ["does not fit this run"]),
+    ("checkpoint with a pickled object", _pickle_checkpoint, ["train", "--out", "RUN", "--resume"],
+     1, ["cannot read checkpoint", "never loads"]),
+    ("config with a number for a name", lambda r: _edit_json(r / "config.json", dataset=5),
+     ["train", "--out", "RUN", "--resume"], 1, ["config.json", "dataset must be a string"]),
+    ("config with a string for a list", lambda r: _edit_json(r / "config.json", paths="fc"),
+     ["train", "--out", "RUN", "--resume"], 1, ["config.json", "paths must be a list"]),
+    ("config with a string for a number", lambda r: _edit_json(r / "config.json", lr="big"),
+     ["train", "--out", "RUN", "--resume"], 1, ["config.json", "lr must be a number"]),
+    ("results with a broken eta history",
+     lambda r: _edit_json(r / "results.json", eta_history=[{"x": 1}]), ["report", "RUN"], 1,
+     ["results.json is incomplete, changed"]),
+    ("results with a broken layer row",
+     lambda r: _edit_json(r / "results.json", effective_parameters=[{"layer": 1}]),
+     ["report", "RUN"], 1, ["results.json is incomplete, changed"]),
+    ("results.json a directory", _results_directory, ["train", "--out", "RUN", "--resume"], 1,
+     ["results.json is not a file"]),
+    ("a group too large to measure", None,
+     ["report", "RUN", "--symmetry", "C100000", "--symmetry-images", "2"], 1,
+     [f"N up to {MAX_ROTATIONS}"]),
+    ("a group that is no group", None, ["report", "RUN", "--symmetry", "C0"], 1,
+     ["unknown group"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "prepare, argv, status, needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_a_bad_input_is_one_clear_error_before_any_harm(
+    run, tmp_path, capsys, prepare, argv, status, needles
+):
+    if prepare is not None:
+        prepare(run)
+    argv = [str(run) if a == "RUN" else a for a in argv]
+    if argv[0] in ("train", "ensemble") and "--out" not in argv:
+        argv = [*argv, "--out", str(tmp_path / "new")]
+    before = snapshot(run)
+    err = refused(capsys, argv, status, *needles)
+    assert "weights_only" not in err  # never torch's hint to load a file's code
+    assert snapshot(run) == before  # the run directory is as it was
+    assert not (run / "pwned").exists()
+
+
+def test_a_default_the_user_did_not_type_never_refuses(tmp_path, capsys):
+    config = TrainConfig(prior_update="adam")
+    assert config.prior_step == 1.0 and config.prior_update_rule() == "adam"
+    assert TrainConfig().prior_step == TrainConfig.DEFAULT_PRIOR_STEP
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), *TINY, "--prior-update", "adam"]) == 0
+    capsys.readouterr()
+    # typed, a step that adam cannot use is still refused
+    argv = ["train", *TINY, "--prior-update", "adam", "--prior-step", "0.5", "--out", "s"]
+    refused(capsys, argv, 1, "--prior-step 0.5 needs --prior-update optimum")
+
+
+# ---------------------------------------------------------------- messages
+def test_an_interrupt_says_whether_there_is_a_checkpoint(tmp_path, capsys, monkeypatch):
+    from ella.train.loop import Trainer
+
+    train_epoch = Trainer.train_epoch
+
+    def interrupted_in(epoch):
+        def train(self):
+            if self.state.epoch + 1 == epoch:
+                raise KeyboardInterrupt
+            return train_epoch(self)
+
+        return train
+
+    argv = ["train", "--out", str(tmp_path / "r"), *TINY, "--epochs", "2"]
+    monkeypatch.setattr(Trainer, "train_epoch", interrupted_in(1))
+    err = refused(capsys, argv, 130, "interrupted", "there is no checkpoint yet")
+    assert "--resume" not in err
+    monkeypatch.setattr(Trainer, "train_epoch", interrupted_in(2))
+    refused(capsys, [*argv, "--overwrite"], 130, "checkpoint is kept", "with --resume to go on")
+
+
+def test_a_refused_run_leaves_no_empty_default_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", *TINY, "--dataset", "mnist", "--data-dir", str(tmp_path / "nothing")]
+    refused(capsys, argv, 1)  # created runs/run-..., then found no data files
+    assert not any((tmp_path / "runs").iterdir())
+
+
+def test_metrics_and_results_are_strict_json(tmp_path):
+    rows = [{"epoch": 1, "test_nll": float("nan"), "x": [float("inf"), 1.0]}]
+    save_jsonl(rows, tmp_path / "m.jsonl")
+    text = (tmp_path / "m.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def refuse(name):
+        raise ValueError(name)
+
+    assert json.loads(text, parse_constant=refuse) == {"epoch": 1, "test_nll": None,
+                                                       "x": [None, 1.0]}  # fmt: skip
+    assert strict_json((1.5, {"a": -float("inf")})) == [1.5, {"a": None}]
+
+
+# ---------------------------------------------------------------- a finished run is final
+def test_resume_of_a_finished_run_changes_nothing(run, capsys):
+    before = snapshot(run)
+    assert main(["train", "--out", str(run), "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert "nothing to resume" in captured.err and "test accuracy" in captured.out
+    assert snapshot(run) == before
+
+
+def test_resume_after_the_last_checkpoint_writes_the_same_results(tmp_path, capsys):
+    """Killed after its last epoch's checkpoint, before results.json: the resumed run reports
+    byte for byte what the uninterrupted one did (the last round's report is checkpointed)."""
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), *SUBSET]) == 0
+    capsys.readouterr()
+    expected = (out / "results.json").read_bytes()
+    metrics = (out / "metrics.jsonl").read_bytes()
+    assert json.loads(metrics.splitlines()[-1])["curvature_ratio"] != 1.0  # the control works
+    (out / "results.json").unlink()
+    assert main(["train", "--out", str(out), "--resume"]) == 0
+    capsys.readouterr()
+    assert (out / "results.json").read_bytes() == expected
+    assert (out / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_resume_of_a_finished_ensemble_changes_nothing(tmp_path, capsys):
+    out = tmp_path / "e"
+    argv = ["ensemble", "--out", str(out), "--train-size", "16", "--test-size", "8",
+            "--epochs", "1", "--members", "2", "--width", "1", "--corruption-severities",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    before = snapshot(out)
+    assert main(["ensemble", "--out", str(out), "--resume"]) == 0
+    assert "nothing to resume" in capsys.readouterr().err
+    assert snapshot(out) == before
+
+
+# ---------------------------------------------------------------- one owner at a time
+#: a process that holds the run directory argv[1] until it is killed
+HOLD = """
+import sys, time
+from ella.rundir import run_lock
+with run_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_held_run_directory_is_refused_naming_its_holder(run, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(run)
+        for argv in (["--resume"], ["--overwrite", *TINY]):
+            refused(capsys, ["train", "--out", str(run), *argv], 1,
+                    "in use by another ella process", f"pid {holder.pid}")  # fmt: skip
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_nests_within_a_process_and_never_counts_as_a_users_file(tmp_path):
+    from ella.rundir import check_run_directory, holds_run
+
+    d = tmp_path / "d"
+    with run_lock(d), run_lock(d):
+        assert (d / LOCK).is_file() and not holds_run(d)
+        check_run_directory(d, resume=False, overwrite=False)  # empty but for the lock
+    assert not d.exists() or not any(d.iterdir())
+
+
+def _ella(*argv: str) -> subprocess.Popen:
+    env = {**os.environ, "ELLA_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ella", *argv], env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_processes_into_one_directory_make_one_run(tmp_path):
+    out = tmp_path / "d"
+    procs = [_ella("train", *TINY, "--epochs", "3", "--seed", str(s), "--out", str(out))
+             for s in (0, 1)]  # fmt: skip
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 1], results
+    err = next(e for code, e in results if code == 1)
+    assert "in use by another ella process" in err or "already holds a run" in err, err
+    seed = json.loads((out / "config.json").read_text())["seed"]
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ckpt["config"]["seed"] == seed
+    assert json.loads((out / "results.json").read_text())["config"]["seed"] == seed
+    assert ckpt["state"]["epoch"] == 3
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_no_stale_lock(tmp_path, capsys):
+    out = tmp_path / "d"
+    proc = _ella("train", *TINY, "--epochs", "500", "--out", str(out))
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").is_file():  # it holds the lock and has trained
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.1)
+    assert (out / LOCK).read_text().strip() == str(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert main(["train", "--out", str(out), *TINY, "--overwrite"]) == 0
+    assert "in use" not in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["epochs"] == 1
