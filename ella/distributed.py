@@ -253,7 +253,14 @@ def backend() -> str:
     return "gloo"
 
 
+#: set once this process is ending with a peer's failure: torchrun's SIGTERM then no longer
+#: raises, so it cannot replace that error (which names the checkpoint) while it unwinds
+_ENDING = False
+
+
 def _stopped_by_launcher(signum, frame) -> None:
+    if _ENDING:
+        return
     raise DistributedError(
         f"stopped by torchrun (signal {signal.Signals(signum).name}): another process of this "
         "job ended"
@@ -325,13 +332,16 @@ def _is_peer_failure(err: BaseException) -> bool:
 def peer_failures(world: World, note: Callable[[], str]) -> Iterator[None]:
     """Turn a collective's failure (another process died or hung) into a
     :class:`DistributedError` that says ``note()`` (where the last checkpoint is)."""
+    global _ENDING
     try:
         yield
     except DistributedError as err:
+        _ENDING = True
         raise DistributedError(f"{world.describe()}: {err}; {note()}") from err
     except Exception as err:
         if not (world.distributed and _is_peer_failure(err)):
             raise
+        _ENDING = True
         raise DistributedError(
             f"{world.describe()}: another process of this job stopped ({_gist(err)}); {note()}"
         ) from err
