@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks._common import RESULTS, environment
-from ella.io import atomic_write, save_json, save_text
+from benchmarks._common import RESULTS, environment, write_generated
+from ella.io import atomic_write, save_json
 from ella.report import share_summary
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
 from ella.train.health import collapse_line
@@ -182,10 +182,8 @@ def partial_path(args: argparse.Namespace, name: str) -> Path:
 
 def write(args: argparse.Namespace, name: str, payload: dict, markdown: str) -> None:
     root = Path(args.results_dir)
-    save_json(payload, root / f"{name}.json")
-    save_text(markdown, root / f"{name}.md")
+    write_generated(root / f"{name}.json", payload, root / f"{name}.md", markdown)
     partial_path(args, name).unlink(missing_ok=True)
-    print(f"wrote {root / name}.json and .md")
 
 
 def schedule_note(settings: dict) -> str:

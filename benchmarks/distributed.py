@@ -35,6 +35,7 @@ import torch
 
 from benchmarks._common import environment, write_results
 from benchmarks._runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
+from ella.io import save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,20 +78,19 @@ def worker(out: str, device: str) -> None:
     factor_bytes = sum(f.numel() * f.element_size() for f in factors) + 8
     model_bytes = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
     if world.is_main:
-        Path(out).write_text(
-            json.dumps(
-                {
-                    "processes": world.size,
-                    "threads_per_process": torch.get_num_threads(),
-                    "epoch_s": epoch,
-                    "fit_exact_s": fits["exact"],
-                    "fit_mc_s": fits["mc"],
-                    "factor_bytes_per_round": factor_bytes,
-                    "model_bytes": model_bytes,
-                    "train_size": trainer.n_train,
-                    "batch_size": config.batch_size,
-                }
-            )
+        save_json(
+            {
+                "processes": world.size,
+                "threads_per_process": torch.get_num_threads(),
+                "epoch_s": epoch,
+                "fit_exact_s": fits["exact"],
+                "fit_mc_s": fits["mc"],
+                "factor_bytes_per_round": factor_bytes,
+                "model_bytes": model_bytes,
+                "train_size": trainer.n_train,
+                "batch_size": config.batch_size,
+            },
+            Path(out),
         )
     distributed.end_process(0)
 

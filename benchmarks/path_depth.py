@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks._common import environment
-from ella.io import save_json, save_text
+from benchmarks._common import environment, write_markdown
+from ella.io import save_json
 from ella.pathdrop import check_droppable, collapsed, kept_their_fit, null_model, train_on
 from ella.rundir import RESULTS, read_json
 
@@ -170,7 +170,7 @@ def main(argv=None) -> dict:
             save_json(payload, file)
 
         depth_rows(run, args.path, args.epochs, entry.get("rows", []), save, args.side)
-    save_text(markdown(payload), out / f"{NAME}.md")
+    write_markdown(out / f"{NAME}.md", markdown(payload))
     return payload
 
 

@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks._common import RESULTS, environment
+from benchmarks._common import RESULTS, environment, write_generated
 from benchmarks._runner import default_data_dir
 from ella.data.datasets import ImageData, load_dataset
-from ella.io import save_json, save_text
+from ella.io import save_json
 from ella.models import mixer
 from ella.models.baselines import cnn
 from ella.nn import RelaxedLayer
@@ -255,9 +255,9 @@ def main(argv: list[str] | None = None) -> None:
         save_json({"settings": settings, "rows": list(done.values())}, partial)
     payload = {"settings": settings, "environment": environment(), "rows": rows}
     name = "trainability" if args.profile == "cpu" else f"trainability_{args.profile}"
-    save_json(payload, results / f"{name}.json")
-    save_text(markdown(rows, settings), results / f"{name}.md")
-    print(f"wrote {results / name}.json and .md")
+    write_generated(
+        results / f"{name}.json", payload, results / f"{name}.md", markdown(rows, settings)
+    )
 
 
 if __name__ == "__main__":
