@@ -27,41 +27,14 @@ from ella.groups import MAX_ROTATIONS
 from ella.io import save_jsonl, strict_json
 from ella.rundir import LOCK, run_lock
 from ella.train import TrainConfig
+from tests.cli_runs import TINY, refused, snapshot
 
-TINY = [
-    "--model", "mlp", "--train-size", "64", "--test-size", "32", "--width", "1",
-    "--epochs", "1", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
-    "--n-hypersteps", "2", "--batch-size", "32", "--no-progress",
-]  # fmt: skip
 #: a mixer whose evidence rounds draw a subset and use the control variate, as by default
 SUBSET = [
     "--train-size", "192", "--test-size", "32", "--width", "1", "--epochs", "2",
     "--n-epochs-burnin", "1", "--marglik-frequency", "1", "--marglik-subset-size", "64",
     "--batch-size", "64", "--seed", "3", "--no-progress",
 ]  # fmt: skip
-
-
-def refused(capsys, argv: list[str], status: int, *needles: str) -> str:
-    """Run ``ella argv``; assert the exit status, that stderr holds every needle, and that
-    no traceback was printed."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse's own usage errors
-        code = exit_.code
-    err = capsys.readouterr().err
-    assert code == status, err
-    for needle in needles:
-        assert needle in err, err
-    assert "Traceback" not in err
-    return err
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ changed.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -36,25 +35,12 @@ from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import UnsupportedModuleError
 from ella.rundir import new_run_directory, remove_orphan_temporaries
 from ella.train import TrainConfig, Trainer
+from tests.cli_runs import TINY, refused, snapshot
 
-TINY = [
-    "--model", "mlp", "--train-size", "64", "--test-size", "32", "--width", "1",
-    "--epochs", "1", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
-    "--n-hypersteps", "2", "--batch-size", "32", "--no-progress",
-]  # fmt: skip
 TINY_ENSEMBLE = [
     "--train-size", "32", "--test-size", "16", "--epochs", "1", "--members", "2",
     "--width", "1", "--corruption-severities", "--no-progress",
 ]  # fmt: skip
-
-
-def snapshot(directory: Path) -> dict[str, str]:
-    """md5 of every file under ``directory`` (to check that nothing changed)."""
-    return {
-        str(p.relative_to(directory)): hashlib.md5(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 class Payload:
@@ -87,20 +73,6 @@ def run(finished_run, tmp_path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(finished_run, copy)
     return copy
-
-
-def refused(capsys, argv: list[str], status: int, *needles: str) -> str:
-    """Run ``ella argv``; assert the exit status and that stderr names every needle."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse's own usage errors
-        code = exit_.code
-    err = capsys.readouterr().err
-    assert code == status, err
-    for needle in needles:
-        assert needle in err, err
-    assert "Traceback" not in err
-    return err
 
 
 # ---------------------------------------------------------------- 1-2 security
