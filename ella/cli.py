@@ -18,9 +18,8 @@ from ella.commandline import (
     THREADS_NOTE,
     add_config_options,
     add_run_options,
-    claim_run,
     reports_errors,
-    say_finished,
+    run_claimed,
 )
 from ella.ensembles.cli import add_ensemble_parser
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
@@ -93,12 +92,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     world = distributed.start()  # several processes under torchrun, else this one
     if getattr(args, "select_paths", False) and world.distributed:
         raise ConfigError("--select-paths runs in one process: run it without torchrun")
-    with claim_run(args, TrainConfig, "run", world) as (out, config):
-        results = Trainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+    with run_claimed(args, TrainConfig, "run", world, Trainer) as (out, config, results):
         if not world.is_main:
             return 0
-        if results.get("finished"):
-            say_finished(out)
         print(results["table"])
         figures = [f.name for f in sorted(out.glob("*.png"))]
         print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")

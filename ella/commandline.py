@@ -49,7 +49,7 @@ __all__ = [
     "config_from_args",
     "given_options",
     "reports_errors",
-    "say_finished",
+    "run_claimed",
 ]
 
 
@@ -223,13 +223,30 @@ def _prepare_run(
     return out, config
 
 
-def say_finished(out: Path) -> None:
-    """Tell, on stderr, that ``--resume`` found a finished run and wrote nothing."""
-    print(
-        f"nothing to resume: {out} holds a finished run, left as it is (--overwrite starts "
-        "it again); its results:",
-        file=sys.stderr,
-    )
+@contextlib.contextmanager
+def run_claimed(
+    args: argparse.Namespace,
+    config_cls: type[Config],
+    prefix: str,
+    world: World,
+    runner: Callable[[Config, Path], typing.Any],
+) -> Iterator[tuple[Path, Config, dict]]:
+    """Run a command's training in its claimed run directory (:func:`claim_run`):
+    ``runner(config, out).run(resume=..., overwrite=...)``, then the ``with`` block (its
+    printing and further work) while the directory is still held.
+
+    Yields ``(out, config, results)``. Where ``--resume`` found a finished run (its
+    results carry ``"finished"``), process 0 says so on stderr: nothing was written.
+    """
+    with claim_run(args, config_cls, prefix, world) as (out, config):
+        results = runner(config, out).run(resume=args.resume, overwrite=args.overwrite)
+        if world.is_main and results.get("finished"):
+            print(
+                f"nothing to resume: {out} holds a finished run, left as it is (--overwrite "
+                "starts it again); its results:",
+                file=sys.stderr,
+            )
+        yield out, config, results
 
 
 def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:

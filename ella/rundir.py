@@ -176,6 +176,16 @@ def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
     raise RunDirectoryError(f"no free run directory name under {root}/; pass --out")
 
 
+def _refuse_a_file(out: Path) -> None:
+    """Refuse an ``--out`` that names a file."""
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+
+
+def _unwritable(out: Path, err: OSError) -> RunDirectoryError:
+    return RunDirectoryError(f"cannot write to the run directory {out}: {err.strerror or err}")
+
+
 def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Refuse a run directory that cannot be used as asked, before any work starts.
 
@@ -185,8 +195,7 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
         CheckpointError: ``resume`` without a checkpoint in ``out``.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+    _refuse_a_file(out)
     for name in (n for n in (CONFIG, *RUN_OUTPUTS) if "*" not in n):
         if (out / name).exists() and not (out / name).is_file():
             raise RunDirectoryError(
@@ -221,9 +230,7 @@ def _check_writable(out: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise RunDirectoryError(
-            f"cannot write to the run directory {out}: {err.strerror or err}"
-        ) from err
+        raise _unwritable(out, err) from err
 
 
 def clear_run_outputs(out: Path) -> list[Path]:
@@ -290,9 +297,7 @@ def _acquire(out: Path) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
-            raise RunDirectoryError(
-                f"cannot write to the run directory {out}: {err.strerror or err}"
-            ) from err
+            raise _unwritable(out, err) from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -338,8 +343,7 @@ def run_lock(out: Path | None, *, take: bool = True) -> Iterator[None]:
         yield
         return
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+    _refuse_a_file(out)
     key = str(out.resolve())
     if key in _HELD:
         _HELD[key][1] += 1
@@ -351,9 +355,7 @@ def run_lock(out: Path | None, *, take: bool = True) -> Iterator[None]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise RunDirectoryError(
-            f"cannot write to the run directory {out}: {err.strerror or err}"
-        ) from err
+        raise _unwritable(out, err) from err
     fd = _acquire(out)
     _HELD[key] = [fd, 1]
     try:

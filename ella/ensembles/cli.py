@@ -8,9 +8,8 @@ from ella import distributed
 from ella.commandline import (
     add_config_options,
     add_run_options,
-    claim_run,
     reports_errors,
-    say_finished,
+    run_claimed,
 )
 from ella.ensembles.config import HELP, EnsembleConfig
 
@@ -55,12 +54,10 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
     from ella.ensembles.trainer import EnsembleTrainer
 
     world = distributed.start()  # several processes under torchrun, else this one
-    with claim_run(args, EnsembleConfig, "ensemble", world) as (out, config):
-        results = EnsembleTrainer(config, out).run(resume=args.resume, overwrite=args.overwrite)
+    claimed = run_claimed(args, EnsembleConfig, "ensemble", world, EnsembleTrainer)
+    with claimed as (out, _, results):
         if not world.is_main:
             return 0
-        if results.get("finished"):
-            say_finished(out)
         print(format_results(results))
         print(f"run directory: {out} (results.json, metrics.jsonl, checkpoint.pt)")
     return 0

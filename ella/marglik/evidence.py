@@ -196,7 +196,8 @@ def dependency_may_not_exit(what: str) -> Iterator[None]:
     except SystemExit as err:
         raise EvidenceError(
             f"{what} failed: laplace-torch could not eigendecompose the curvature (it "
-            "tried to end the process); the curvature is probably not finite"
+            "tried to end the process); the curvature is probably not finite. Training "
+            "probably diverged: try a smaller --lr"
         ) from err
 
 

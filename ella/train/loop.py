@@ -179,8 +179,8 @@ class Trainer(EpochRun):
             torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
         )
         self.state = TrainState()
-        # (epoch, evidence, log evidence) of the last evidence step, reported by the round
-        self._last_evidence: tuple[int, LaplaceEvidence | InvarianceEvidence, float] | None = None
+        # the evidence of the last evidence round, for that round's report (round_report)
+        self._round_evidence: LaplaceEvidence | InvarianceEvidence | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         #: ``1 - sum p^2`` of every training image in its training passes, the mean of
         #: the last two epochs' (halved at each epoch: the auxiliary variable of
@@ -444,7 +444,7 @@ class Trainer(EpochRun):
         with torch.no_grad():
             evidence, value = self.invariance_evidence(generator)
         self._check_evidence(value)
-        self._last_evidence = (self.state.epoch, evidence, float(value))
+        self._round_evidence = evidence
         return float(value)
 
     def hyper_steps(self) -> float:
@@ -458,7 +458,7 @@ class Trainer(EpochRun):
             raise TrainingDivergedError(
                 f"{err} (epoch {self.state.epoch}; {checkpoint_note(self.out)})"
             ) from err
-        self._last_evidence = (self.state.epoch, evidence, value)
+        self._round_evidence = evidence
         return value
 
     def check_finite_weights(self) -> None:
@@ -502,15 +502,8 @@ class Trainer(EpochRun):
                     "epochs", resume=resume, overwrite=overwrite, on_epoch_end=self.on_epoch_end
                 )
                 return self.finish(seconds)
-        except EvidenceError as err:
-            advice = (
-                ""
-                if "smaller --lr" in str(err)
-                else ". Training probably diverged: try a smaller --lr"
-            )
-            raise TrainingDivergedError(
-                f"{str(err).rstrip('.')}{advice}; {checkpoint_note(self.out)}"
-            ) from err
+        except EvidenceError as err:  # its message names the fix (a smaller --lr)
+            raise TrainingDivergedError(f"{err}; {checkpoint_note(self.out)}") from err
 
     def after_epoch(self, row: dict) -> None:
         """Check the weights; fit the evidence when due; measure the test set."""
@@ -547,8 +540,9 @@ class Trainer(EpochRun):
     def round_report(self) -> dict[str, list[dict]]:
         """:func:`ella.report.effective_parameter_report` at the evidence just fitted and the
         priors it ended with."""
-        _, evidence, _ = self._last_evidence
-        return effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
+        return effective_parameter_report(
+            self.net, self._round_evidence, self.log_prior.detach().exp()
+        )
 
     def evaluate_sets(self) -> dict[str, dict[str, float]]:
         """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
