@@ -30,18 +30,21 @@ SMOKE = dict(
     train_size=32, test_size=32, epochs=2, n_epochs_burnin=1, marglik_frequency=1,
     n_hypersteps=2, width=1, batch_size=16,
 )  # fmt: skip
-#: ella train's evidence schedule before 2026-11-25 (every third epoch, 20 Adam steps on
-#: the log precisions per round), pinned by the profiles whose results were made with it
+#: the evidence rounds of ``ella train``'s first recipe (every third epoch, 20 Adam steps on
+#: the log precisions per round), pinned by the profiles whose results were made with them;
+#: the damped optimum that replaced them: docs/research/0009-a-converging-schedule.md
 ADAM_ROUNDS = dict(prior_update="adam", prior_step=1.0, marglik_frequency=3)
-#: every path at its random start (ella train's initialisation before the FC path started
-#: at zero, 2026-11-25), pinned by the profiles whose results were made with it
+#: every path at its random start, pinned by the profiles whose results were made so; the FC
+#: path starting at zero that replaced it: docs/research/0011-fc-path-starts-at-zero.md
 RANDOM_START = dict(zero_init=())
-#: the GCONV paths at every other tensor's rate (ella train's default before --gconv-lr
-#: auto, 2026-11-26), pinned by the profiles whose results were made with it
+#: the GCONV paths at every other tensor's rate, pinned by the profiles whose results were
+#: made so; ``--gconv-lr auto`` that replaced it: docs/research/0013-gconv-rate.md
 SAME_GCONV_RATE = dict(gconv_lr="same")
-#: the MC GGN on 1000 images per evidence round, N / M alone (ella train's default before the
-#: stratified GGN on 500 and the subset's control variate, 2026-11-27), pinned by the
-#: profiles whose results were made with it
+#: the MC GGN on 1000 images per evidence round, N / M alone, pinned by the profiles whose
+#: results were made with it; the stratified GGN on 500 images and the subset's control
+#: variate that replaced it: docs/research/0024-stratified-ggn.md,
+#: docs/research/0025-subset-control-variate.md (Table 3 under both:
+#: docs/research/0026-table3-with-current-rounds.md)
 MC_ROUNDS = dict(ggn="mc", marglik_subset_size=1000, subset_control="none")
 #: the reference's schedule on the full data (for a GPU)
 PAPER_SCHEDULE = dict(
@@ -58,6 +61,12 @@ def claims_markdown(claims: dict[str, bool], notes: list[str]) -> list[str]:
     lines += ["", "Why, as measured:", ""]
     lines += [f"- {note}" for note in notes]
     return [*lines, ""]
+
+
+def analysis_lines(record: str | None) -> list[str]:
+    """The Markdown line naming the decision record (under ``docs/research/``) that reads a
+    results file, where one does; none otherwise."""
+    return [f"Analysis: {record}", ""] if record else []
 
 
 def default_data_dir() -> str | None:

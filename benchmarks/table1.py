@@ -11,9 +11,11 @@ well on both. Models (group ``trivial``: no rotations):
 * ``fc_laplace``, ``conv_laplace``: the same with learned priors;
 * ``learned``: FC+CONV mixer with learned per-layer, per-path priors.
 
-    python -m benchmarks.table1 --profile cpu     # about 5 minutes on 2 CPU cores (5.0 min)
+    python -m benchmarks.table1 --profile cpu     # about 5 minutes on 2 CPU cores
     python -m benchmarks.table1 --profile cpu_80 --results-dir benchmarks/results/table1_cpu_80
     python -m benchmarks.table1 --profile paper   # full MNIST, long schedule (GPU)
+
+What the results show, profile by profile: docs/research/0030-table1-results.md.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from benchmarks._runner import (
     MC_ROUNDS,
     PAPER_SCHEDULE,
     SMOKE,
+    analysis_lines,
     claims_markdown,
     common_arguments,
     comparison_notes,
@@ -55,78 +58,10 @@ MODELS = {
     "learned": (("fc", "conv"), True),
 }
 TASKS = {"digit": "quadrant_mnist", "quadrant": "quadrant40_mnist"}
-#: what we could and could not establish about a profile's results (written by hand)
-ANALYSIS = {
-    "cpu": [
-        "setting (2026-11-24): ella train's recipe without instance norm and the head's "
-        "standardisation, chosen on a validation split of both tasks (3000/1000 images; "
-        "recipe.md, 'The FC path's rank'): with them the FC networks stayed at chance "
-        "(validation 10.5% on the digit task), without them FC reached 60.1% and learned "
-        "FC+CONV 61.3%, CONV 94.8-94.9% either way.",
-        "the learned mixer's FC path starts at zero (ella train's default since 2026-11-25, "
-        "the profile names it): on the same validation split of both tasks it raised the "
-        "learned FC+CONV mixer from 58.1% to 89.6% (digit) and from 46.9% to 78.4% (digit, "
-        "quadrant) (recipe.md, 'The FC path starts at zero'); the single-path rows are "
-        "untouched by it (a single-path layer keeps its start).",
-        "analysis (written by hand from this file, table1_seed1/ and two extra runs, "
-        "2026-11-25; not computed): CONV collapses on (digit, quadrant) (22.0%; seed 1: "
-        "24.3%) and learned FC+CONV solves it: 88.5% (seed 1: 89.0%), 40.5 points above "
-        "FC-only (48.0%; seed 1: 38.0%), where the paper has 99.0% against 95.1%. On the "
-        "digit task learned FC+CONV reaches 93.15% (seed 1: 92.75%) against CONV's 94.40% "
-        "(94.60%): 1.25 and 1.85 points under it, so the claim 'learned >= CONV - 1' misses "
-        "in both seeds (before the FC path started at zero it missed by 33 points: 61.4%). "
-        "The learned priors neither cause nor close that gap, measured with the learned "
-        "row's command and a fixed prior (`ella train --dataset D --group trivial --width 4 "
-        "--train-size 4000 --test-size 2000 --norm none --head-init default --paths fc conv "
-        "--lr-scaling none --prior-update adam --prior-step 1.0 --marglik-frequency 3 "
-        "--no-learn-priors`, seed 0): the MAP FC+CONV mixer reaches 93.30% on the digit task "
-        "and 88.65% on (digit, quadrant), learned - MAP -0.15 and -0.20. The gap is the "
-        "mixture's: FC+CONV trains about a point under CONV alone on the digit task at this "
-        "budget. The evidence keeps FC at 70% of the effective parameters on the digit task "
-        "and 72% on (digit, quadrant) (seed 1: 70% and 72%), so the shares do not tell the "
-        "translation-invariant task from the other; with the Adam rounds the profile pins, "
-        "the priors did not converge (last change 0.53 and 0.60).",
-        "asked as a discrete choice (written by hand, 2026-11-26; `python -m "
-        "benchmarks.path_select --table 1 --seeds 0 1`, path_select_table1/): greedy path "
-        "selection by the evidence on this profile's learned runs drops FC on the digit task "
-        "(+1894 and +1997 nats; CONV alone at 95.65 and 95.25% against CONV MAP's 93.95 and "
-        "94.65% in the same file) and keeps FC+CONV on (digit, quadrant) (dropping FC costs "
-        "3398 and 3441 nats; 92.35 and 92.15%). All three claims hold for the selected "
-        "networks at both seeds, which had 20 epochs more than the rows above.",
-    ],
-    "cpu_80": [
-        "how this profile was chosen (2026-11-25): the cpu profile with --epochs 80 against "
-        "20, the learned FC+CONV mixer on the validation split of both tasks (2000 training "
-        "images, the last 1000 of the first 3000 held out, seed 0; recipe.md, 'Table 1 at 80 "
-        "epochs on the validation split'): digit 96.0% / NLL 0.160 against 89.6% / 0.348, "
-        "(digit, quadrant) 90.7% / 0.307 against 78.4% / 0.669. Seed 1 is in seed1/ "
-        "(`--seed 1 --results-dir benchmarks/results/table1_cpu_80/seed1`, 15.7 min).",
-        "analysis (written by hand from this file, seed1/ and one extra run, 2026-11-25; not "
-        "computed): all three claims hold at seed 0; at seed 1 the digit claim misses. CONV "
-        "collapses on (digit, quadrant) (22.55%; seed 1: 23.35%) and learned FC+CONV solves "
-        "it: 94.10% (seed 1: 93.65%), against 88.5% at 20 epochs. On the digit task learned "
-        "FC+CONV reaches 95.80% against CONV's 96.25% (-0.45: holds) and at seed 1 95.70% "
-        "against 96.90% (-1.2: misses by 0.2); at 20 epochs it missed by 1.25 and 1.85, so "
-        "the longer training closed most of the gap that the FC+CONV mixture's training had "
-        "opened. Its test NLL is the lower at seed 0 (0.131 against 0.158) and the higher at "
-        "seed 1 (0.122 against 0.117). The FC-only networks of seed 1 never trained: "
-        "repeated with `ella train --dataset quadrant_mnist --data-dir ../shared/data --group "
-        "trivial --paths fc --no-learn-priors --seed 1 --epochs 80 --train-size 4000 "
-        "--test-size 2000 --width 4 --norm none --head-init default --lr-scaling none`, "
-        "which reproduces its 11.70%, the train loss rises from 2.35 to 2.62 at epoch 3 and "
-        "then stays at 2.33 with 11.1% train accuracy (the most frequent class) to epoch 80: "
-        "the network died in its first epochs. The 20-epoch seed 1 trained (45.80% and "
-        "37.95%), so seed 1's FC rows are a failed run, not FC's accuracy, and 'learned >= "
-        "fc_map on (digit, quadrant)' is read from seed 0 (94.10% against 56.15%). The "
-        "shares: the evidence moves the learned mixer from FC to CONV round after round on "
-        "both tasks (mean FC/CONV 22/78 on digit, 24/76 on (digit, quadrant); seed 1: 21/79 "
-        "and 26/74), so the mean shares barely tell the tasks apart, but per layer the "
-        "last two layers keep more FC where the labels need the position: 17 and 15% on "
-        "(digit, quadrant) against 9 and 5% on digit (seed 1: 22 and 19% against 8 and 4%), "
-        "the direction the paper describes (symmetry broken in the last layers). The priors "
-        "came close to converging (largest change of a log precision in the last round "
-        "0.13 and 0.06; seed 1: 0.09 and 0.05; tolerance 0.05).",
-    ],
+#: the decision record that reads each profile's results
+RECORDS = {
+    "cpu": "docs/research/0030-table1-results.md",
+    "cpu_80": "docs/research/0030-table1-results.md",
 }
 #: the ``cpu`` profile (why these settings: the comments in :data:`PROFILES`)
 CPU = dict(
@@ -138,13 +73,12 @@ PROFILES = {
     # ella train's recipe (20 epochs, shifts of up to 2 px, max downsampling, evidence
     # rounds at epochs 6-18, MC GGN) without instance norm and the head's standardisation,
     # which stop FC networks on the trivial group: chosen on a validation split of both
-    # tasks (benchmarks/results/recipe.md, "The FC path's rank")
-    # (Adam's rate per fan-in, the default since, was not part of that validation: pinned off);
-    # the FC path starting at zero in the learned mixer (ella train's default since
-    # 2026-11-25) validated better on both tasks (recipe.md, "The FC path starts at zero")
+    # tasks (docs/research/0006-fc-rank-and-table1.md); Adam's rate per fan-in was not part
+    # of that validation (pinned off); the learned mixer's FC path starting at zero
+    # validated better on both tasks (docs/research/0011-fc-path-starts-at-zero.md)
     "cpu": CPU,
     # the same with four times the epochs, chosen over 20 on the validation split of both
-    # tasks (recipe.md, "Table 1 at 80 epochs on the validation split")
+    # tasks (docs/research/0030-table1-results.md)
     "cpu_80": {**CPU, "epochs": 80},
     "paper": {**PAPER_SCHEDULE, "width": 8},
 }  # fmt: skip
@@ -186,7 +120,6 @@ def main(argv=None) -> dict:
     payload["notes"] = [
         schedule_note({**PROFILES[args.profile], **payload["settings"]}),
         *comparison_notes(rows, "task", "fc_map", "learned"),
-        *(ANALYSIS.get(payload["profile"], []) if payload["seed"] == 0 else []),
     ]
     lines = [
         "# ELLA Table 1: digit vs (digit, quadrant), test accuracy [%]",
@@ -206,6 +139,7 @@ def main(argv=None) -> dict:
             f"| {q['parameters']:,} |"
         )
     lines += claims_markdown(claims, payload["notes"])
+    lines += analysis_lines(RECORDS.get(payload["profile"]))
     write(args, "table1", payload, "\n".join(lines))
     return payload
 

@@ -10,7 +10,7 @@ Subpackages:
     ella.fit      the whole alternating job for your own model and DataLoader
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["FitConfig", "PriorLearner", "fit"]
 
 

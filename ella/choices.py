@@ -55,14 +55,15 @@ class LRScaling(Choice):
     at ``lr * FAN_IN_REFERENCE / n``; biases and smaller tensors at ``lr``. Adam
     moves every weight by about ``lr`` per step whatever its gradient, so a
     unit's output moves by about ``lr`` times its fan-in: an FC path's pixel map
-    (fan-in 784 at 28x28) would change its output 10x faster than a 3x3
-    convolution's filter. The rule is the maximal-update parametrisation's for
-    Adam's hidden weights (Yang et al., "Tensor Programs V", 2022).
+    (fan-in 784 at 28x28) would change its output ``784 / (9 C)`` times as fast as a
+    3x3 convolution's filter over ``C`` input channels. The rule is the maximal-update
+    parametrisation's for Adam's hidden weights (Yang et al., "Tensor Programs V", 2022).
     ``fan_in_fc``: ``fan_in`` for the tensors of the FC paths
     (:class:`~ella.nn.FCPath`) only, every other tensor at ``lr``: the per-pixel
     maps get the step their fan-in calls for, while the shared CONV and GCONV
     filters keep the full rate.
-    ``auto``: ``fan_in`` with Adam, ``none`` with SGD (``ella train``'s default).
+    ``auto``: ``fan_in`` with Adam, ``none`` with SGD (the default of
+    ``TrainConfig.lr_scaling``).
     """
 
     NONE = "none"
@@ -83,10 +84,9 @@ class GConvRate(Choice):
     equivariant part of a layer's filter as fast as the GCONV path, where SGD's summed
     gradient moves a tied weight ``|G|`` times as fast. On the validation split of Table
     3's five sets ``group_order`` was more accurate, with a lower NLL, on all five at
-    seed 0 and on four at seed 1 (``benchmarks/results/recipe.md``, "The GCONV paths at
-    |G| times Adam's rate").
-    ``auto``: ``group_order`` with Adam, ``same`` with SGD (``ella train``'s default
-    since 2026-11-26).
+    seed 0 and on four at seed 1 (``docs/research/0013-gconv-rate.md``).
+    ``auto``: ``group_order`` with Adam, ``same`` with SGD (the default of
+    ``TrainConfig.gconv_lr``).
     """
 
     SAME = "same"
@@ -259,8 +259,8 @@ class PriorMean(Choice):
     """Where the Gaussian prior of the weights is centred: ``zero`` (the ELLA reference), or
     ``init``, the network's initial weights, so that the scatter term and the MAP penalty
     price only what training added (``||theta - theta_0||^2``) and not the random
-    initialisation (``benchmarks/results/recipe.md``: after a few hundred steps the weights
-    are still mostly their initialisation)."""
+    initialisation (after a few hundred steps the weights are still mostly their
+    initialisation: ``docs/research/0003-priors-read-the-initialisation.md``)."""
 
     ZERO = "zero"
     INIT = "init"
@@ -272,7 +272,7 @@ class PriorUpdate(Choice):
     round's maximum of the evidence at the fitted weights and curvature (closed-form
     stationarity condition per group, Kronecker Hessian only); ``auto`` is ``optimum``
     where it applies and ``adam`` where it does not (a Hessian other than Kronecker, or
-    input invariance learned with the priors); ``ella train``'s default."""
+    input invariance learned with the priors), the default of ``TrainConfig.prior_update``."""
 
     ADAM = "adam"
     OPTIMUM = "optimum"

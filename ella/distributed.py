@@ -305,8 +305,8 @@ def end_process(status: int) -> int:
     The process group's teardown is skipped because it can abort a process (SIGABRT,
     "terminate called without an active exception") once a peer has already left: seen
     after a failure, and once after success when the peer that finished first had torn
-    down its side and exited (``test_torchrun_ensemble_matches_one_process``, once in
-    three runs of the suite on 2026-11-23). Every file of the run is written and closed
+    down its side and exited (seen in ``test_torchrun_ensemble_matches_one_process``).
+    Every file of the run is written and closed
     before this is called. Without torchrun it just returns ``status``."""
     if not (dist.is_available() and dist.is_initialized()):
         return status

@@ -1,10 +1,10 @@
 """Which paths does a trained mixer need? Drop each one, train on, compare the evidence.
 
 The per-path prior variances that ``ella train`` learns follow the weights training grew;
-they never switch a path off on their own (benchmarks/results/recipe.md, "The CONV+GCONV
-mixer on 5000 images"). This module asks the evidence a discrete question instead. It is
-model selection by the marginal likelihood (MacKay, Neural Computation 1992), with one
-candidate model per path of the run:
+they never switch a path off on their own
+(``docs/research/0016-evidence-ranks-single-path-mixers.md``). This module asks the evidence
+a discrete question instead. It is model selection by the marginal likelihood (MacKay,
+Neural Computation 1992), with one candidate model per path of the run:
 
 1. the control: the run's network, trained on for ``epochs`` more epochs;
 2. for each path: the same network with that path's weights at zero in every relaxed
@@ -14,7 +14,7 @@ Each is trained with the run's own recipe and last prior precisions. Each gets t
 log evidence of the tensors it keeps (:func:`kept_log_evidence`: exact GGN on all training
 images, every kept group's precision at its optimum). A path whose removal raises the
 evidence above the control's is one the data does not ask for. On 5000 images
-(benchmarks/results/recipe.md, "Dropping a path"), dropping CONV from a CONV+GCONV mixer
+(``docs/research/0017-dropping-a-path.md``), dropping CONV from a CONV+GCONV mixer
 and training 20 epochs raised the evidence by about 9000 nats on rotated MNIST and
 lowered it by about the same on MNIST, at two seeds. With the FC path as well, the
 answer was not settled: seed 0 kept all three paths on both sets, seed 1 dropped CONV on
@@ -308,7 +308,7 @@ def collapsed(row: dict, control: dict, null: dict) -> bool:
     network that says nearly the same for every image, which the evidence, counting its
     few effective parameters, can rank above every network that fits (at 1000 images
     every trained mixer's evidence is below the class frequencies';
-    benchmarks/results/path_select.md)."""
+    ``docs/research/0018-greedy-path-selection.md``)."""
     gain = row["log_likelihood"] - null["log_likelihood"]
     return gain < KEPT_FIT * (control["log_likelihood"] - null["log_likelihood"])
 

@@ -92,7 +92,7 @@ def convergence_line(convergence: dict) -> str:
         return "priors: not converged (one evidence round; convergence needs two or more)"
     verdict = "converged" if convergence["converged"] else "not converged"
     where = ""
-    if convergence.get("group"):  # recorded since 2026-11-26
+    if convergence.get("group"):  # absent from older results files
         where = f" in {convergence['group']}, {'rising' if convergence['rising'] else 'falling'}"
     return (
         f"priors: {verdict} after {rounds} evidence rounds (largest change of a log prior "
@@ -115,7 +115,7 @@ def shares_history_line(history: list[dict], points: int = 5) -> str:
 
 def relative_rows(layers: list[dict]) -> list[dict] | None:
     """The paper's measure of every layer row (``row["relative"]``), or None where the
-    rows lack it (results written before 2026-11-26) or there are no relaxed layers."""
+    rows lack it (older results files) or there are no relaxed layers."""
     if layers and all("relative" in row for row in layers):
         return [row["relative"] for row in layers]
     return None
@@ -187,7 +187,7 @@ def format_table(results: dict) -> str:
 
 def null_model_line(results: dict) -> str | None:
     """For a run with learned priors whose log evidence is below the class-frequency
-    model's (:mod:`ella.marglik.null`; recorded since 2026-11-26): a line saying so."""
+    model's (:mod:`ella.marglik.null`; absent from older results files): a line saying so."""
     null = results.get("class_frequency_log_evidence")
     value = results.get("log_marglik_reported_state")
     learned = results.get("config", {}).get("learn_priors", False)

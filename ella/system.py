@@ -46,7 +46,7 @@ def configure_threads() -> int:
 
     ``ELLA_THREADS`` (or ``OMP_NUM_THREADS``) set in the environment wins. Without
     this, torch may start one thread per core of the host even when the process
-    is limited to fewer, which on a shared 2-core machine made a tiny run 5x slower.
+    is limited to fewer, and the threads then oversubscribe the cores it has.
 
     Returns:
         The thread count in use.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks to run once on a machine with a CUDA GPU, in one call (issues 12 and 13):
+# The checks to run once on a machine with a CUDA GPU, in one call (CUDA support and the paper-scale Table 3):
 #   1. the CUDA tests (native KFAC on CUDA against the CPU and ASDL; a CUDA run resumed on the CPU);
 #   2. the whole suite, in parallel where pytest-xdist is installed;
 #   3. Table 3's learned rotated-MNIST row at the paper profile, stopped after PAPER_SECONDS

@@ -40,9 +40,9 @@ class EnsembleConfig(OptimizerConfig):
     ``method="de"`` the members do not interact, so member ``i`` is exactly
     the model a single run with ``members=1, init_seed=init_seed+i`` trains.
 
-    Defaults give a deep ensemble of five small plain CNNs that trains on
-    1000 images of the embedded MNIST subset in about two minutes on one CPU
-    thread. The papers' settings are in
+    Defaults give a deep ensemble (``method``) of ``members`` small plain CNNs
+    (``model``) on the first ``train_size`` images of the embedded MNIST subset, small
+    enough to train on one CPU thread. The papers' settings are in
     ``benchmarks/osp.py`` and ``benchmarks/fordes.py`` (``paper`` profiles).
     """
 

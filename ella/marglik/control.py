@@ -2,13 +2,13 @@
 
 The subset evidence (:meth:`ella.marglik.LaplaceEvidence.fit` with ``n_data``) fits the
 GGN on ``M`` of the ``N`` training images and scales it by ``N / M``. Its noise is almost
-all a common scale: on ``ella train``'s main job (3000 images, ``M = 500``, stratified
+all a common scale: on ``ella train``'s default run (3000 images, ``M = 500``, stratified
 GGN) 95% of the variance of a round's optimal log precisions is one shift shared by every
 prior group, and that shift follows how hard the drawn images are. The trace of the softmax
 likelihood's output Hessian, ``t_n = tr(diag(p_n) - p_n p_n^T) = 1 - sum_c p_nc^2``, is
 cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all
-images' correlates with the shift at 0.97 (``benchmarks/results/recipe.md``, "The subset's
-noise is one common scale").
+images' correlates with the shift at 0.97
+(``docs/research/0025-subset-control-variate.md``).
 
 The ratio estimator of survey sampling (Cochran, *Sampling Techniques*, 3rd ed., 1977,
 ch. 6) uses a known total of an auxiliary variable: the GGN of the subset times

@@ -143,9 +143,8 @@ class LazyKronDecomposed(KronDecomposed):
 
     The log evidence needs only the eigenvalues of the Kronecker factors
     (``log det(H + P)``, see :class:`ella.marglik.evidence.KronEvidenceTerms`), and
-    ``eigvalsh`` costs about 60% of ``eigh`` (measured on the default mixer's 1606
-    factors: 1.23 s against 1.99 s on 2 threads). laplace-torch's own methods
-    (``__add__``, posterior samples, the predictive) read :attr:`eigenvectors`,
+    ``eigvalsh`` skips the eigenvectors that ``eigh`` also computes. laplace-torch's own
+    methods (``__add__``, posterior samples, the predictive) read :attr:`eigenvectors`,
     which then decomposes every factor once more and keeps the result. Nothing is
     computed until it is read, so a decomposition replaced before that (a subset fit
     is decomposed again once its factors are scaled, :func:`scale_to_n_data`) costs

@@ -1,4 +1,5 @@
-"""Dense linear algebra for the evidence, routed to the fastest LAPACK measured here."""
+"""Dense linear algebra for the evidence: eigenvalues routed to the faster LAPACK, and
+batches of factors decomposed in parallel on the CPU."""
 
 from __future__ import annotations
 
@@ -39,14 +40,12 @@ def eigvalsh(factor: torch.Tensor, UPLO: str = "U") -> torch.Tensor:
     """``torch.linalg.eigvalsh``, or for a large CPU factor outside autograd the same LAPACK
     routine through scipy (``?syev``, eigenvalues only), whose wheels bring OpenBLAS.
 
-    On this project's 2-core machines torch's MKL took longer for the large factors
-    (``python -m benchmarks.eigenvalues``, ``benchmarks/results/eigenvalues_cpu.md``,
-    2026-11-25: 19.8 against 14.8 ms at n = 784, 9.8 against 7.5 at 576, the same at
-    128-256, slower below); the
-    784 x 784 factors of the default mixer's 28 x 28 FC paths are most of a fit's
-    eigenvalue time. Only where OpenBLAS would use torch's thread count
-    (:func:`scipy_blas_threads_match`). Raises ``RuntimeError`` where LAPACK does not
-    converge, as torch does.
+    On the CPU, torch's MKL routine is slower than scipy's OpenBLAS from about
+    ``SCIPY_EIGVALSH_MIN_SIZE`` on, and no slower below
+    (``python -m experiments.eigenvalues`` measures both); the 784 x 784 factors of the
+    default mixer's 28 x 28 FC paths are most of a fit's eigenvalue time. Only where
+    OpenBLAS would use torch's thread count (:func:`scipy_blas_threads_match`). Raises
+    ``RuntimeError`` where LAPACK does not converge, as torch does.
 
     Args:
         factor: a symmetric matrix (n, n), or a batch of them (torch's path).
@@ -82,12 +81,10 @@ def batched_eigvalsh(stacks: list[torch.Tensor]) -> list[torch.Tensor | None]:
     ``None`` for a batch on which LAPACK did not converge.
 
     On the CPU torch decomposes a batch one matrix after the other on one thread,
-    whatever ``torch.get_num_threads()`` says (``torch.linalg.eigvalsh`` of 832
-    49 x 49 factors took 40 ms with 2 threads and with 1). So each CPU batch is split
-    into as many parts as torch has threads and the parts run in a thread pool (torch
-    releases the GIL): 21 against 40 ms for those 832, 38 against 85 for 96 of
-    196 x 196, on 2 threads (torch 2.x, 2026-11-27). Each matrix still meets the same
-    LAPACK routine alone, so the eigenvalues are the same bit for bit.
+    whatever ``torch.get_num_threads()`` says. So each CPU batch is split into as many
+    parts as torch has threads and the parts run in a thread pool (torch releases the
+    GIL), which divides the time by about the number of threads. Each matrix still meets
+    the same LAPACK routine alone, so the eigenvalues are the same bit for bit.
     """
     workers = torch.get_num_threads()
     jobs: list[list[Future]] = []

@@ -60,10 +60,10 @@ def gram(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
 
     One ``bmm`` over a contiguous copy of the rows. ``einsum`` on the same operands
     (e.g. ``"mkx,mky->kxy"`` on activations laid out (N, K, d)) hands ``bmm`` strided
-    batches that it copies matrix by matrix: on the default mixer's FC factors that
-    was 2.6x slower, and 8x on the complex cross-spectra of :func:`circular_patch_gram`.
+    batches that it copies matrix by matrix, which is slower on the default mixer's FC
+    factors and more so on the complex cross-spectra of :func:`circular_patch_gram`.
     Adding into a running sum with ``baddbmm_`` saves writing each product and reading
-    it back for the sum: 55 against 68 ms for nine (8, 128, 784) stacks on 2 threads.
+    it back for the sum.
     """
     rows = rows.contiguous()
     if into is None:
@@ -95,8 +95,7 @@ def upper_gram(rows: torch.Tensor, into: torch.Tensor | None = None) -> torch.Te
     """:func:`gram` of real rows (K, N, d), from ``d >= UPPER_GRAM_MIN_SIZE`` on only its
     blocks on and above the diagonal: 10 of 16 blocks of a quarter of ``d`` each, the
     blocks below left as they are (zero where ``into`` is not given) until
-    :func:`mirror_upper` completes the sum. The products' FLOPs fall to 5/8: 37 against
-    52 ms for nine (8, 128, 784) stacks on 2 threads.
+    :func:`mirror_upper` completes the sum. The products' FLOPs fall to 5/8.
     """
     d = rows.shape[-1]
     if d < UPPER_GRAM_MIN_SIZE:
@@ -132,8 +131,7 @@ def _channel_outer_sum(grad: torch.Tensor, into: torch.Tensor | None = None) -> 
     (C, C), added in place into ``into`` if given.
 
     One small product per example, summed, reads the gradient where it lies; gathering
-    it channel-major first, ``(C, M H W)``, for one product copied it (0.24 against
-    0.15 ms for (128, 8, 28, 28) on 2 threads).
+    it channel-major first, ``(C, M H W)``, for one product would copy it.
     """
     per_example = grad.reshape(grad.shape[0], grad.shape[1], -1)  # (M, C, P)
     total = torch.bmm(per_example, per_example.transpose(1, 2)).sum(0)
@@ -561,12 +559,12 @@ def stratified_root(
     The Hessian is ``sum_c p_c (e_c - p)(e_c - p)^T``. The MC GGN samples one class
     ``c ~ p`` and keeps ``(e_c - p)(e_c - p)^T``; on a confident prediction it almost
     always draws the predicted class, whose column is small, and rarely another, whose
-    column is large, so its estimate is heavy-tailed (``benchmarks/results/recipe.md``,
-    "The MC GGN's noise"). This estimator splits the sum into two strata (stratified
-    sampling): the most probable class ``c*`` exactly, ``sqrt(p_c*) (e_c* - p)``, and one
-    class ``c'`` drawn from the others with probability ``p_c' / (1 - p_c*)``, weighted by
-    ``sqrt(1 - p_c*)``. Its expectation is the Hessian term for term, and its second
-    column is zero where ``p_c* = 1``.
+    column is large, so its estimate is heavy-tailed
+    (``docs/research/0024-stratified-ggn.md``). This estimator splits the sum into two
+    strata (stratified sampling): the most probable class ``c*`` exactly,
+    ``sqrt(p_c*) (e_c* - p)``, and one class ``c'`` drawn from the others with probability
+    ``p_c' / (1 - p_c*)``, weighted by ``sqrt(1 - p_c*)``. Its expectation is the Hessian
+    term for term, and its second column is zero where ``p_c* = 1``.
 
     Args:
         p: the predictive probabilities (M, K), each row summing to 1.
@@ -605,11 +603,10 @@ class NativeGGN(CurvatureInterface):
             (classification only) instead of the exact ``K`` columns.
         chunk_size: at most this many examples per forward/backward inside a batch, in
             chunks of equal size (the factors are sums, so the chunking changes time and
-            memory, not the result). The default cuts the evidence's batches of 500 into
-            three: on the default mixer the exact fit took 4.9 s against 5.2 s in chunks
-            of 128 and 5.1 s in two of 250 (one process, medians of 3; 2 threads,
-            2026-11-26), at a peak resident memory of 1098 MiB against 975 and 1249
-            (an epoch's: 786 MiB; issue 12's bound is 1.5 of it).
+            memory, not the result). The default cuts an evidence batch of
+            ``TrainConfig.marglik_batch_size`` images into three: on the default mixer
+            the fastest of the chunkings measured, with the fit's peak memory within 1.5
+            times a training epoch's.
         last_layer, subnetwork_indices: not supported (the whole network).
     """
 
@@ -691,11 +688,10 @@ class NativeGGN(CurvatureInterface):
         The factors need gradients with respect to the captured outputs, never the
         weights', so the weights are taken out of the graph for the forward and the
         input put in: the weight-side operations (stacking the FC paths' per-channel
-        weights, building the lifted filters) are not recorded. That took 51 against
-        58 ms per forward of 128 images on the default mixer (2 threads). Where a
-        captured output does not depend on the input differentiably (an integer
-        input, a ``detach`` inside the model), the forward is run again with the
-        weights in the graph, as before.
+        weights, building the lifted filters) are not recorded, which makes the forward
+        cheaper. Where a captured output does not depend on the input differentiably (an
+        integer input, a ``detach`` inside the model), the forward is run again with the
+        weights in the graph.
         """
         if x.is_floating_point() or x.is_complex():
             with _weights_out_of_graph(self.model):

@@ -192,7 +192,7 @@ class Mixer(nn.Module):
         the global average leave features that differ little between images at
         initialisation (their spread between images is 5-20% of their mean), so
         the logits hardly depend on the image and the first steps do not learn
-        (measured in ``benchmarks/results/trainability.md``). The network stays
+        (measured in ``experiments/results/trainability.md``). The network stays
         a per-image function with the same symmetry: the head sees the same
         features, rescaled.
 

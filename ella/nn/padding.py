@@ -3,13 +3,12 @@
 ``F.pad(x, pad, mode="circular")`` is built from slices copied into a new tensor, so
 its backward runs a ``SliceBackward`` per copied slice: each allocates a zero tensor of
 the padded input's full size and copies one slice of the gradient into it before they
-are all added up (3.3 against 0.8-1.1 ms for a (128, 8, 28, 28) input on 2 threads).
+are all added up.
 
 :func:`circular_pad` computes the same values; its backward copies the gradient's
-centre once and adds the wrapped borders onto the rows and columns they came from.
-On the default mixer, in one process on 2 threads (a script outside the repository,
-three interleaved rounds, medians): training step 138 -> 133 ms, exact evidence fit
-5.42 -> 5.18 s (nine backward passes per chunk of images).
+centre once and adds the wrapped borders onto the rows and columns they came from: one
+allocation instead of one per slice, in every backward pass of training and of the
+evidence fit.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class _ContiguousGrad(torch.autograd.Function):
     ``bmm``'s backward, given a strided gradient (a transposed or permuted view,
     as the FC path's channel-major outputs get back from the batch-major layers
     around them), copies it one batch matrix at a time: on the default mixer that
-    was 232 small copies per backward pass.
+    would be 232 small copies per backward pass.
     """
 
     generate_vmap_rule = True  # torch.func transforms (vmap, jacrev, jvp) go through it too
@@ -160,7 +160,7 @@ class Path(nn.Module):
         grows it; its other parameters keep their random start, so the last stage gets
         a gradient at once. A layer whose symmetry-breaking paths start at zero begins as
         the symmetric network and breaks the symmetry where the data pulls
-        (benchmarks/results/recipe.md, "The FC path starts at zero")."""
+        (``docs/research/0011-fc-path-starts-at-zero.md``)."""
         for param in self.output_parameters():
             param.zero_()
 
@@ -332,16 +332,15 @@ class FCPath(Path):
     channel (the trivial group's first layer) and ``R = 1`` the whole image
     reaches output channel ``o`` as one number; ``rank`` widens that bottleneck
     (which did not make FC-only networks on the trivial group learn better:
-    benchmarks/results/recipe.md, "The FC path's rank").
+    ``docs/research/0006-fc-rank-and-table1.md``).
 
     Using one linear map per channel (rather than a single ``nn.Linear`` on
     block-diagonal inputs, as the reference code does) gives KFAC blocks of size
     ``S_in^2`` and ``C_o R`` squared per input channel and
     ``(C_i R)^2`` and ``S_out^2`` per output channel, instead of one dense
     ``(C_i S_in)^2`` input factor, and it never materialises the
-    block-diagonal input of ``B C_i^2 S_in`` numbers. ``python -m
-    benchmarks.layers`` measures both layouts (``benchmarks/results/layers.md``:
-    5x fewer factor entries and a 16x faster KFAC fit for 16 channels of 16x16).
+    block-diagonal input of ``B C_i^2 S_in`` numbers, so the factors hold fewer entries
+    and the KFAC fit is faster (``python -m benchmarks.layers`` measures both layouts).
 
     ``mode="dense"``: one ``nn.Linear(C_i S_in, C_o S_out)``; only for small sizes.
 

@@ -105,14 +105,14 @@ class RelaxedLayer(nn.Module):
             parameters). It commutes with the group's action, so it keeps every
             path's symmetry, and it treats each example on its own, so the
             Kronecker-factored evidence applies unchanged. At a fixed Adam budget
-            it raises the accuracy of CONV- and GCONV-only mixers by 10-24 points
-            (``benchmarks/results/trainability.md``). It also makes the layer's
+            it raises the accuracy of CONV- and GCONV-only mixers
+            (``experiments/results/trainability.md``). It also makes the layer's
             function invariant to a common scale ``c`` of its CONV and GCONV
             weights and biases, and the log evidence invariant to that scale
             together with the precisions' ``1/c^2``: the evidence does not fix the
             scale of the layer's priors, and in long runs the precisions grow
-            without bound while the weights shrink (``benchmarks/results/recipe.md``,
-            "320 epochs: the precisions run away").
+            without bound while the weights shrink
+            (``docs/research/0012-precisions-run-away.md``).
         downsample: ``"polyphase"`` (exactly shift and group equivariant) or ``"max"``
             (2x2 max; exactly group equivariant, locally shift invariant); see
             :class:`~ella.choices.Downsampling`.

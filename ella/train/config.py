@@ -46,37 +46,42 @@ class TrainConfig(ScheduleConfig):
     ``learn_priors=False`` the evidence is never fitted and the prior
     precisions stay at ``prior_precision``.
 
-    The hyperparameter side follows the ELLA reference (20 Adam hypersteps
-    with lr 0.1 on the log precisions, cosine learning rate to 1e-6). The other
-    defaults differ, so that the default run on the embedded MNIST subset
-    trains in a few minutes on 2 CPU cores:
+    The defaults are the mixer's recipe, chosen on validation splits (the records under
+    ``docs/research/``), so that the default run trains on the embedded MNIST subset on a
+    CPU. :class:`~ella.train.schedule.ScheduleConfig`, which :func:`ella.fit` uses, keeps
+    its own defaults (a lower ``lr``, the exact GGN, the evidence on every training image
+    and the reference's Adam rounds), which suit models it knows nothing about. Where
+    this class differs from the reference, and why:
 
-    * the weights use Adam: SGD lr 0.1 momentum 0.9 reached 28% test accuracy
-      (lr 0.3: 13%; 1000 images, 10 epochs, MAP);
-    * the initial prior precision is 0.01, not 1: with Adam, the prior's pull
-      ``delta theta / N`` on weights that the data barely move is normalised
-      to a step of size ``lr``, which erases the small-initialised FC weights
-      before they learn: 34% at ``delta = 1``, 69% at ``delta = 0.01``, 70%
-      without a prior (same budget). The learned precisions move away from it
-      after burn-in;
-    * the mixer's recipe, chosen on a validation split (500 of the subset's 3000
-      images held out, 15 epochs; ``benchmarks/results/recipe.md``): instance
-      normalisation and lr 3e-3 (93.4% validation accuracy against 90.0% with
-      lr 1e-3 and no normalisation), the evidence on 1000 training images drawn
-      afresh each round with the MC GGN, and all 3000 images of the subset;
-    * and, chosen on a larger split (2000 MNIST training images held out, 2500
-      trained on): 2x2 max downsampling and shifts of up to 2 pixels as
-      training-time augmentation (95.35% validation accuracy, NLL 0.153, against
-      93.55% and 0.295 with polyphase downsampling and no augmentation), over 20
-      epochs (95.65%, NLL 0.150, against 95.35% at 15). :func:`ella.fit` keeps
-      lr 1e-3, the exact GGN and the full evidence
-      (:class:`~ella.train.schedule.ScheduleConfig`), which suit models it knows
-      nothing about;
-    * the schedule is short (``epochs``, ``n_epochs_burnin``,
-      ``marglik_frequency``).
+    * the weights use Adam: SGD at the reference's rate barely learned within the short
+      budget; at ``lr``, with the rate per fan-in (``lr_scaling``,
+      ``docs/research/0008-adam-rate-per-fan-in.md``) and the GCONV paths at ``|G|``
+      times it (``gconv_lr``, ``docs/research/0013-gconv-rate.md``);
+    * the initial ``prior_precision`` is small: with Adam, the prior's pull
+      ``delta theta / N`` on weights that the data barely move is normalised to a step
+      of size ``lr``, which erases the small-initialised FC weights before they learn.
+      The learned precisions move away from it after burn-in;
+    * the network: instance normalisation (``norm``) and ``lr``
+      (``docs/research/0002-recipe-on-a-validation-split.md``), 2x2 max downsampling
+      (``downsample``) and shifts of up to ``augment_shift`` pixels (``augment``) over
+      ``epochs`` epochs (``docs/research/0004-max-downsampling-and-shifts.md``), the FC
+      path starting at zero (``zero_init``,
+      ``docs/research/0011-fc-path-starts-at-zero.md``) and the head standardised on
+      the data (``head_init``, ``docs/research/0002-recipe-on-a-validation-split.md``);
+    * the evidence rounds: every ``marglik_frequency`` epochs after ``n_epochs_burnin``,
+      each on a fresh class-balanced subset of ``marglik_subset_size`` training images
+      with the stratified GGN (``ggn``, ``docs/research/0024-stratified-ggn.md``) and the
+      training passes' control variate (``subset_control``,
+      ``docs/research/0025-subset-control-variate.md``), and each moving the log
+      precisions ``prior_step`` (default :attr:`DEFAULT_PRIOR_STEP`) of the way to the
+      round's closed-form optimum (``prior_update``,
+      ``docs/research/0009-a-converging-schedule.md``);
+    * the reported state is the final one (``report_state``,
+      ``docs/research/0005-report-the-final-state.md``).
 
-    The reference's settings are ``--optimizer sgd --lr 0.1 --prior-precision 1
-    --n-epochs-burnin 10 --marglik-frequency 5 --batch-size 500``.
+    The reference's optimiser and schedule are ``--optimizer sgd --lr 0.1
+    --prior-precision 1 --n-epochs-burnin 10 --marglik-frequency 5 --batch-size 500
+    --prior-update adam``.
 
     Learned input invariance (``invariance="learned"``) wraps the network in an
     :class:`~ella.invariance.InvariantClassifier` and learns the extents
@@ -126,7 +131,7 @@ class TrainConfig(ScheduleConfig):
     fc_rank: int = option(1, minimum=1)
     # the FC path starts at zero: validated better on MNIST, translated and rotated MNIST
     # and worse on the CIFAR-10 sets, +1.9 points on average over Table 3's five
-    # (benchmarks/results/recipe.md, "The FC path starts at zero")
+    # (docs/research/0011-fc-path-starts-at-zero.md)
     zero_init: tuple[PathName, ...] = option((PathName.FC,), nargs="*")
     norm: Normalisation = Normalisation.INSTANCE
     downsample: Downsampling = Downsampling.MAX
@@ -147,31 +152,32 @@ class TrainConfig(ScheduleConfig):
     # marginal likelihood
     marglik_batch_size: int = option(500, minimum=1)
     # 500 images per round with the stratified GGN: half the noise of each round's optimum
-    # of 1000 with the MC GGN, at the same cost (recipe.md, "The MC GGN's noise")
+    # of 1000 with the MC GGN, at the same cost (docs/research/0024-stratified-ggn.md)
     marglik_subset_size: int | None = option(500, minimum=1)
     # the subset's curvature scaled by the traces of the last training passes: a ratio
-    # estimator that removes most of the rounds' common noise at no cost (recipe.md, "The
-    # subset's noise is one common scale")
+    # estimator that removes most of the rounds' common noise at no cost
+    # (docs/research/0025-subset-control-variate.md)
     subset_control: SubsetControl = SubsetControl.TRAINING
-    # the mixer's recipe, chosen on a validation split (benchmarks/results/recipe.md)
-    # where it differs from ella.fit's defaults (ScheduleConfig)
+    # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig), chosen
+    # on validation splits: docs/research/0002-recipe-on-a-validation-split.md (lr) and
+    # docs/research/0004-max-downsampling-and-shifts.md (epochs)
     epochs: int = option(20, minimum=1)
     lr: float = option(3e-3, greater_than=0)
-    # validated better on MNIST, translated and rotated MNIST (recipe.md, "Adam's rate per
-    # fan-in"): fan_in with Adam
+    # validated better on MNIST, translated and rotated MNIST
+    # (docs/research/0008-adam-rate-per-fan-in.md): fan_in with Adam
     lr_scaling: LRScaling = LRScaling.AUTO
-    # validated better on Table 3's five sets (recipe.md, "The GCONV paths at |G| times
-    # Adam's rate"): group_order with Adam
+    # validated better on Table 3's five sets (docs/research/0013-gconv-rate.md):
+    # group_order with Adam
     gconv_lr: GConvRate = GConvRate.AUTO
     ggn: GGN = GGN.AUTO  # stratified with the native backend (see marglik_subset_size)
-    # priors that converge within the run (benchmarks/results/recipe.md, "A schedule under
-    # which the priors converge"): every second epoch after the burn-in, each round half
+    # priors that converge within the run (docs/research/0009-a-converging-schedule.md):
+    # a round every marglik_frequency epochs after the burn-in, each DEFAULT_PRIOR_STEP of
     # the way to its optimum; adam where the optimum does not apply
     marglik_frequency: int = option(2, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.AUTO
     prior_step: float | None = option(None, greater_than=0, maximum=1)  # DEFAULT_PRIOR_STEP
     # the final state validated better than the best-evidence one in all six runs of
-    # benchmarks/results/recipe.md, "Which state to report"
+    # docs/research/0005-report-the-final-state.md
     report_state: ReportedState = ReportedState.FINAL
     # after training: greedy selection of the paths by the evidence (ella.pathdrop)
     select_paths: bool = option(False, defines_run=False)
@@ -297,7 +303,8 @@ HELP: dict[str, str] = {
     "first layer, reach each output channel as more than one number)",
     "head_init": "mixer: data standardises the pooled features entering the head on the "
     f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster; "
-    "benchmarks/results/trainability.md), default keeps torch's initialisation only",
+    "docs/research/0002-recipe-on-a-validation-split.md), default keeps torch's "
+    "initialisation only",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
     "(fixed full ranges), learned (extents by marginal likelihood) or augerino",

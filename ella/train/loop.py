@@ -1,15 +1,25 @@
-"""The alternating loop: MAP steps on the weights, evidence steps on the prior precisions.
+"""The alternating loop: MAP steps on the weights, evidence rounds on the prior precisions.
 
 Immer et al., "Scalable Marginal Likelihood Estimation for Model Selection in
 Deep Learning" (ICML 2021), Algorithm 1, as used by ELLA (NeurIPS 2023):
 
-* weights: SGD on ``CE(f(x), y) + 1/2 sum_t delta_t theta_t^2 / N`` with
+* weights: SGD or Adam on ``CE(f(x), y) + 1/2 sum_t delta_t theta_t^2 / N`` with
   ``delta`` detached (the prior enters as a weight decay per group);
-* priors: every ``marglik_frequency`` epochs after ``n_epochs_burnin``, fit the
-  KFAC GGN once over the training set and take ``n_hypersteps`` Adam steps on
-  ``-log p(D | delta) / N`` in ``log delta``, reusing the fitted factors.
+* priors: every ``marglik_frequency`` epochs after ``n_epochs_burnin``, an evidence
+  round fits the KFAC GGN of kind ``ggn`` once on this round's training images
+  (:meth:`Trainer.evidence_data`: all ``N``, or a fresh class-balanced subset of
+  ``marglik_subset_size``, whose curvature is scaled to ``N`` by ``N / M`` times the
+  control variate of ``subset_control``, :func:`ella.marglik.control.curvature_ratio`),
+  then moves ``log delta`` with the fitted factors: ``prior_step`` of the way to the
+  round's closed-form optimum of ``log p(D | delta)`` (``prior_update="optimum"``), or
+  ``n_hypersteps`` Adam steps on ``-log p(D | delta) / N`` (``"adam"``, the reference's).
 
-With ``learn_priors=False`` the same loop trains a MAP baseline.
+:class:`~ella.train.config.TrainConfig`'s defaults resolve ``ggn`` and ``prior_update``
+(``auto``) to the stratified GGN and the closed-form step, on a subset with the
+training passes' control variate. With input invariance (``invariance`` other than
+``none``) the rounds take Adam steps through the differentiable evidence of the
+invariant model instead (:meth:`Trainer.invariance_hyper_steps`). With
+``learn_priors=False`` the same loop trains a MAP baseline.
 """
 
 from __future__ import annotations
@@ -274,7 +284,7 @@ class Trainer(EpochRun):
             self.log_prior.copy_(ckpt["log_prior"])
         if ckpt.get("output_trace") is not None:  # absent before --subset-control
             self.output_trace = ckpt["output_trace"].to(self.output_trace)
-        if ckpt.get("rng_state") is not None:  # absent in checkpoints before 2026-11-23
+        if ckpt.get("rng_state") is not None:  # absent from older checkpoints
             torch.set_rng_state(ckpt["rng_state"])
 
     # ------------------------------------------------------------------ steps
@@ -323,7 +333,7 @@ class Trainer(EpochRun):
         if trace is not None:  # every image is in one process's part of one batch
             trace = world.sum_(trace.to(self.device)).cpu()
             # two epochs' passes see two augmentations: their mean follows the curvature
-            # better than one (recipe.md, "The subset's noise is one common scale")
+            # better than one (docs/research/0025-subset-control-variate.md)
             old = self.output_trace
             self.output_trace = torch.where(old.isnan(), trace, 0.5 * (old + trace))
         return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}

@@ -5,7 +5,8 @@ MAP steps on the weights with the prior term ``1/2 sum delta theta^2 / N``
 ``marglik_frequency`` epochs, one evidence fit and an update of the log prior
 precisions: ``n_hypersteps`` Adam steps (``prior_update="adam"``, the ELLA reference's
 schedule and this class's default) or a step of ``prior_step`` towards the round's
-closed-form optimum (``"optimum"``; ``ella train`` goes half way by default).
+closed-form optimum (``"optimum"``; ``ella train``'s step is
+``TrainConfig.DEFAULT_PRIOR_STEP``).
 """
 
 from __future__ import annotations
@@ -203,11 +204,10 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
 
     The update runs in torch's ``foreach`` form (one call per operation over all
     tensors; bit-identical to the per-tensor loop): ella's FC paths hold about a
-    thousand small tensors, and Adam's per-tensor loop took 40 ms of a training
-    step of the default mixer, ``foreach`` 25 ms. torch's fused CPU kernel took 7
-    ms but made one process with 2 threads and two processes with 1 thread end
-    2.7e-4 apart in a log prior precision after two epochs (``foreach``: about
-    1e-6; ``tests/test_distributed.py``), so it is not used.
+    thousand small tensors, over which the per-tensor loop is slow. torch's fused CPU
+    kernel is faster still, but made one process with 2 threads and two processes with 1
+    thread end 2.7e-4 apart in a log prior precision after two epochs (``foreach``:
+    about 1e-6; ``tests/test_distributed.py``), so it is not used.
     """
     scaling = config.weight_lr_scaling()
     tied = config.gconv_rate() == GConvRate.GROUP_ORDER
@@ -248,7 +248,7 @@ OPTIMIZER_HELP: dict[str, str] = {
     "gconv_lr": "same (the GCONV paths' tensors at the rate of --lr-scaling), group_order "
     "(adam only: |G| times it, since a GCONV weight serves every group copy where a CONV "
     "weight serves one; validated better on all five of Table 3's sets at seed 0, four at "
-    "seed 1: benchmarks/results/recipe.md) or auto (group_order with adam, same with sgd)",
+    "seed 1: docs/research/0013-gconv-rate.md) or auto (group_order with adam, same with sgd)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }

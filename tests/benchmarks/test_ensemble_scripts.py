@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks import fordes, osp, repulsion
+from benchmarks import fordes, osp
 
 from ..data.test_datasets import SHARED
 
@@ -42,14 +42,3 @@ def test_fordes_smoke(tmp_path):
         assert 0 <= r["accuracy"] <= 1 and 0 <= r["corrupted_accuracy"] <= 1
         assert r["nll"] > 0 and 0 <= r["ece"] <= 1
     assert "FoRDE-PCA" in (tmp_path / "fordes.md").read_text()
-
-
-@pytest.mark.slow
-@needs_data
-def test_repulsion_smoke(tmp_path):
-    repulsion.main(
-        ["--profile", "smoke", "--results-dir", str(tmp_path), "--datasets", "fashion_mnist"]
-    )
-    saved = json.loads((tmp_path / "repulsion.json").read_text())
-    assert [r["method"] for r in saved["rows"]] == repulsion.REPULSIVE
-    assert all(r["ratio_initial"] > 0 and r["ratio_trained"] > 0 for r in saved["rows"])
