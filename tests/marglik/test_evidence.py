@@ -194,7 +194,7 @@ def test_instance_norm_leaves_a_flat_direction_in_weights_and_precisions(float64
     ``log det (H + delta) - log det delta`` each unchanged). Along this direction the
     evidence cannot fix the scale of such a layer's priors: training that shrinks the
     weights lets the optimal precisions grow without bound
-    (``benchmarks/results/recipe.md``, "320 epochs: the precisions run away")."""
+    (``docs/research/0012-precisions-run-away.md``)."""
     model = mixer(
         1, 3, 6, group="C4", width=1, blocks=((1, 1), (2, 2)), paths=("conv", "gconv"),
         norm="instance",
