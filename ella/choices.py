@@ -326,9 +326,10 @@ class SubsetControl(Choice):
     ``M`` of ``N`` training images is scaled by the mean trace of the softmax output
     Hessian, ``1 - sum_c p_c^2``, over all ``N`` images against that over the ``M``
     (:func:`ella.marglik.control.curvature_ratio`). ``none``: no control, ``N / M`` alone;
-    ``training``: the traces of the last epoch's training passes (free; augmented inputs,
-    weights of that epoch); ``forward``: a pass without gradients over all training images
-    at the round (the current traces; costs a forward pass over ``N`` images)."""
+    ``training``: the traces of the training passes, averaged over epochs with each older
+    epoch's weight halved (free; augmented inputs, the weights of those epochs);
+    ``forward``: a pass without gradients over all training images at the round (the
+    current traces; costs a forward pass over ``N`` images)."""
 
     NONE = "none"
     TRAINING = "training"

@@ -97,7 +97,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 0
         print(results["table"])
         figures = [f.name for f in sorted(out.glob("*.png"))]
-        print(f"run directory: {out} (results.json, metrics.jsonl, {', '.join(figures)})")
+        print(f"run directory: {out} ({', '.join(['results.json', 'metrics.jsonl', *figures])})")
         if config.select_paths:
             print_path_selection(out, config.select_epochs, config.data_dir, config.progress)
     return 0

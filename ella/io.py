@@ -8,11 +8,14 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
 from ella.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from ella.config import Config
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -63,7 +66,7 @@ def save_jsonl(rows: list[dict], path: Path) -> None:
     save_text("".join(json.dumps(strict_json(r), allow_nan=False) + "\n" for r in rows), path)
 
 
-def load_checkpoint(path: Path, config) -> dict:
+def load_checkpoint(path: Path, config: Config) -> dict:
     """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
 
     Args:

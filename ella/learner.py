@@ -34,7 +34,7 @@ from torch.nn.utils import parameters_to_vector
 from ella.choices import GGN, Backend, HessianStructure, PriorMean, PriorMode, PriorUpdate
 from ella.distributed import World, current
 from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
-from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik import LaplaceEvidence, PriorStructure, check_supported
 from ella.marglik.evidence import at_bound, check_n_data
 
 __all__ = ["PriorLearner"]
@@ -129,6 +129,8 @@ class PriorLearner:
         self.n_data = n_data
         self.prior = PriorStructure(model, structure)
         self.hessian = HessianStructure.parse(hessian, "Hessian structure")
+        if self.hessian is HessianStructure.KRON:
+            check_supported(model)  # before any training step, not at the first round
         self.backend = backend
         # auto resolved for the backend the evidence will use
         used = backend or Backend.default_for(self.hessian)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,6 @@ from ella.errors import ConfigError
 from ella.learner import prior_convergence
 from ella.marglik import LaplaceEvidence, PriorStructure
 from tests.user_models import user_model
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def data(n: int = 24) -> TensorDataset:
@@ -216,25 +212,17 @@ def test_bad_use_is_refused_with_the_fix():
         priors.load_state_dict(other.state_dict())
 
 
-@pytest.mark.slow
-def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
-    text = README.read_text()
-    block = re.search(r"<!-- own-loop example.*?-->\n```python\n(.*?)```", text, re.S)
-    assert block is not None, "the own-loop example is missing from the README"
-    monkeypatch.chdir(tmp_path)
-    exec(compile(block.group(1), "README own-loop example", "exec"), {})
-    out = capsys.readouterr().out
-    assert out.count("log evidence") == 2 and "layer1" in out and "layer2" in out
-    state = torch.load(tmp_path / "priors.pt", weights_only=True)
-    assert state["groups"][:3] == ["layer1.fc", "layer1.conv", "layer1.gconv"]
+def test_a_model_the_evidence_cannot_read_is_refused_before_any_training(tmp_path):
+    """A LayerNorm's weight has no Kronecker factors: refused when the learner is built
+    (and so by ella.fit before its first step), not at the first evidence round."""
+    import ella
+    from ella.marglik import UnsupportedModuleError
 
-
-@pytest.mark.slow
-def test_the_readme_fit_example_runs(tmp_path, monkeypatch, capsys):
-    block = re.search(r"<!-- fit example.*?-->\n```python\n(.*?)```", README.read_text(), re.S)
-    assert block is not None, "the ella.fit example is missing from the README"
-    monkeypatch.chdir(tmp_path)
-    exec(compile(block.group(1), "README fit example", "exec"), {})
-    out = capsys.readouterr().out
-    assert "layer1.gconv" in out and "'layer': 'layer1'" in out
-    assert (tmp_path / "my-run" / "checkpoint.pt").is_file()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 2))
+    with pytest.raises(UnsupportedModuleError, match=r"2 \(LayerNorm\)"):
+        PriorLearner(model, n_data=16)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    with pytest.raises(UnsupportedModuleError, match="LayerNorm"):
+        ella.fit(model, DataLoader(data, batch_size=8), epochs=1, out=tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+    PriorLearner(model, n_data=16, hessian="diag")  # a diagonal Hessian reads any module

@@ -121,7 +121,9 @@ def corrupted_metrics(
     return {**mean, "by_corruption": table}
 
 
-def orbit_member_log_probs(ensemble, x: torch.Tensor, group: str | Group) -> torch.Tensor:
+def orbit_member_log_probs(
+    ensemble: torch.nn.Module, x: torch.Tensor, group: str | Group
+) -> torch.Tensor:
     """Every member's log probabilities over each input's orbit.
 
     Args:

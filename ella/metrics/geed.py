@@ -145,8 +145,9 @@ def channel_cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Channelwise distance of Kvinge et al. eq. (5), shifted by 1 (0 = equal).
 
     Args:
-        a, b: activations (N, C, H, W), or lifted (N, |G|, C, H, W) whose
+        a: activations (N, C, H, W), or lifted (N, |G|, C, H, W) whose
             ``|G| * C`` copies and channels all count as channels.
+        b: activations of the same shape as ``a``.
 
     Returns:
         (N,) ``1 - 1/C sum_c cos(a[n, c].flatten(), b[n, c].flatten())``, in [0, 2].

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -37,6 +38,9 @@ from ella.metrics.geed import (
     invariance_reference,
 )
 from ella.metrics.orbit import orbit_outputs, orbit_same_predictions
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "LayerSymmetry",
@@ -408,7 +412,7 @@ def plot_symmetry(
     path: str | Path | None = None,
     *,
     normalized: bool = True,
-):
+) -> Figure:
     """Per-layer G-EED of one or several models: up to each layer, and each layer alone.
 
     Args:

@@ -323,7 +323,8 @@ HELP: dict[str, str] = {
     "whole training set (Immer et al., ICML 2023); unset: all training images",
     "subset_control": "control variate of the subset evidence (--marglik-subset-size): "
     "scale the subset's curvature by the mean of 1 - sum p^2 over all training images against "
-    "the subset's (a ratio estimator): training (the last epoch's training passes, free), "
+    "the subset's (a ratio estimator): training (the training passes' traces, each older "
+    "epoch's weight halved; free), "
     "forward (a pass over all training images at each round) or none",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
     "select_paths": "after training, select the paths by the evidence, greedily: drop each "

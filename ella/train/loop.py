@@ -192,8 +192,8 @@ class Trainer(EpochRun):
         # the evidence of the last evidence round, for that round's report (round_report)
         self._round_evidence: LaplaceEvidence | InvarianceEvidence | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
-        #: ``1 - sum p^2`` of every training image in its training passes, the mean of
-        #: the last two epochs' (halved at each epoch: the auxiliary variable of
+        #: ``1 - sum p^2`` of every training image in its training passes, averaged over
+        #: epochs with each older epoch's weight halved (the auxiliary variable of
         #: ``--subset-control training``); NaN before the first epoch
         self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
         #: the control variate's factor on the last round's subset curvature (1: none)
