@@ -1,0 +1,99 @@
+"""The README and the guide, held to what they promise.
+
+Every ```python block of the README and of the guide's pages runs, page by page in one
+namespace (so a page's later blocks may use its earlier ones), in a temporary working
+directory; the README stays short, current and free of dates and commit hashes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: the pages whose Python examples must run as written
+EXAMPLE_PAGES = [README, DOCS / "index.md", *sorted((DOCS / "guide").glob("*.md"))]
+#: the README is the package's PyPI description: what ella is, set-up, short examples
+README_LIMIT = 12_000
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+#: seven or more hexadecimal digits with at least one letter and one digit
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+
+
+def python_blocks(page: Path) -> list[str]:
+    return BLOCK.findall(page.read_text())
+
+
+def test_the_guide_has_its_pages():
+    assert (DOCS / "guide").is_dir(), "docs/guide/ is missing"
+    assert len(EXAMPLE_PAGES) > 5
+    assert python_blocks(README), "the README has no runnable example"
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in EXAMPLE_PAGES if p.is_file()], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
+    blocks = python_blocks(page)
+    if not blocks:
+        pytest.skip(f"{page.name} has no Python example")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    namespace: dict = {"__name__": "__main__"}
+    for number, block in enumerate(blocks, 1):
+        code = compile(block, f"{page.relative_to(ROOT)}, Python block {number}", "exec")
+        exec(code, namespace)
+
+
+def test_the_readme_is_short_and_current():
+    text = README.read_text()
+    size = len(text.encode())
+    assert size <= README_LIMIT, f"README.md is {size} bytes; move detail into docs/"
+    assert not DATE.findall(text), f"README.md carries dates: {DATE.findall(text)}"
+    assert not COMMIT.findall(text), f"README.md names commits: {COMMIT.findall(text)}"
+
+
+def test_the_hash_pattern_finds_commits_and_spares_numbers():
+    assert COMMIT.findall("at commit 43136c9, made") == ["43136c9"]
+    assert not COMMIT.findall("lr 1e-3, 97.50%, seed 1234567, decade")
+
+
+RESEARCH = DOCS / "research"
+RECORD_LIMIT = 8 * 1024
+
+
+def test_every_decision_record_is_short_and_listed_in_the_index():
+    records = sorted(RESEARCH.glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert records, "docs/research/ has no decision records"
+    index = (RESEARCH / "index.md").read_text()
+    for record in records:
+        size = len(record.read_bytes())
+        assert size <= RECORD_LIMIT, f"{record.name} is {size} bytes; split or summarise it"
+        assert f"({record.name})" in index, f"docs/research/index.md does not list {record.name}"
+        assert record.read_text().startswith("# "), f"{record.name} has no title"
+
+
+def test_the_changelog_names_the_package_version():
+    import ella
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", text, re.M)
+    assert released and released[0] == ella.__version__, (
+        f"CHANGELOG.md's latest release is {released[:1]}, ella.__version__ is "
+        f"{ella.__version__}: bump both together"
+    )
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{ella.__version__}"' in pyproject
+
+
+def test_the_readmes_links_reach_files_that_exist():
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [t for t in targets if not t.startswith(("http://", "https://", "mailto:"))]
+    assert local, "the README links to no documentation page"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
