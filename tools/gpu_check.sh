@@ -3,7 +3,7 @@
 #   1. the CUDA tests (native KFAC on CUDA against the CPU and ASDL; a CUDA run resumed on the CPU);
 #   2. the whole suite, in parallel where pytest-xdist is installed;
 #   3. Table 3's learned rotated-MNIST row at the paper profile, stopped after PAPER_SECONDS
-#      (a whole run takes about an hour on an H100: benchmarks/results/table3_paper_h100/).
+#      (a whole run takes about an hour on an H100: experiments/results/table3_paper_h100/).
 # Each step has its own time limit, so a slow step cannot take the others' time.
 #
 # Needs a python with a CUDA build of torch and ella's dependencies importable (on a machine
