@@ -15,10 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks._common import RESULTS, environment, write_generated
+from ella.engine.health import collapse_line
 from ella.io import atomic_write, save_json
 from ella.report import share_summary
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
-from ella.train.health import collapse_line
 
 #: the offline data directory of this project (``../shared/data``), used unless
 #: ``--data-dir`` or ``$ELLA_DATA`` says otherwise
@@ -216,7 +216,7 @@ def schedule_note(settings: dict) -> str:
 
 
 def comparison_notes(rows: list[dict], group: str, base: str, other: str) -> list[str]:
-    """Facts per data set/task: runs whose training collapsed (:mod:`ella.train.health`;
+    """Facts per data set/task: runs whose training collapsed (:mod:`ella.engine.health`;
     recorded since 2026-11-26), under-trained models and differences below one point."""
     notes = [
         f"{r[group]}, {r['model']}: {collapse_line(r['training_collapse'])}"

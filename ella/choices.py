@@ -51,7 +51,7 @@ class LRScaling(Choice):
 
     ``none``: every tensor at ``lr``.
     ``fan_in``: a weight tensor with fan-in ``n`` (its input features times its
-    kernel's positions) above :data:`ella.train.schedule.FAN_IN_REFERENCE` learns
+    kernel's positions) above :data:`ella.engine.schedule.FAN_IN_REFERENCE` learns
     at ``lr * FAN_IN_REFERENCE / n``; biases and smaller tensors at ``lr``. Adam
     moves every weight by about ``lr`` per step whatever its gradient, so a
     unit's output moves by about ``lr`` times its fan-in: an FC path's pixel map

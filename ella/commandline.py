@@ -167,7 +167,7 @@ def claim_run(
 
     In a data-parallel job (``world``) process 0 checks (and creates) the run directory
     and tells the others its name; they build the same configuration (only process 0
-    shows progress bars: :attr:`ella.train.engine.EpochRun.progress`).
+    shows progress bars: :attr:`ella.engine.epochs.EpochRun.progress`).
 
     Raises:
         EllaError: naming what is wrong (bad option, unusable or busy run directory,

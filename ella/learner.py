@@ -169,7 +169,7 @@ class PriorLearner:
 
     @classmethod
     def from_config(cls, model: nn.Module, n_data: int, config, **options) -> PriorLearner:
-        """A learner with the evidence options of a :class:`~ella.train.schedule.ScheduleConfig`
+        """A learner with the evidence options of a :class:`~ella.engine.schedule.ScheduleConfig`
         (prior structure and initial precision, ``lr_hyp``, Hessian, backend, GGN);
         ``options`` adds ``likelihood`` and ``sigma_noise``."""
         update = config.prior_update_rule()  # auto resolved

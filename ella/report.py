@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ella.engine.health import collapse_line
 from ella.io import atomic_write
 from ella.marglik import (
     LaplaceEvidence,
@@ -16,7 +17,6 @@ from ella.marglik import (
     relative_effective,
 )
 from ella.nn import PATH_NAMES
-from ella.train.health import collapse_line
 
 
 def effective_parameter_report(

@@ -41,10 +41,10 @@ from tqdm import tqdm
 
 from ella.choices import GGN, SubsetControl
 from ella.data.transforms import augment
+from ella.engine.epochs import Stream, epoch_generator
 from ella.marglik.control import output_hessian_trace
 from ella.rundir import read_json
 from ella.train import Trainer
-from ella.train.engine import Stream, epoch_generator
 from ella.train.runs import TrainedRun, load_run
 
 #: the convergence tolerance of ``ella train``'s report (ella.learner.prior_convergence)

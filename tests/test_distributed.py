@@ -263,7 +263,7 @@ def test_fit_under_torchrun_equals_one_process(tmp_path):
     )  # float32 log precisions
     assert b["log_marglik"] == pytest.approx(a["log_marglik"], rel=1e-9)
     for row_a, row_b in zip(a["metrics"], b["metrics"], strict=True):
-        for key in ("train_loss", "test_nll", "test_accuracy"):
+        for key in ("train_loss", "train_nll", "test_nll", "test_accuracy"):
             assert row_b[key] == pytest.approx(row_a[key], rel=1e-9)
     assert len((tmp_path / "two.json.run" / "metrics.jsonl").read_text().splitlines()) == 3
 
@@ -292,6 +292,7 @@ def test_torchrun_ensemble_matches_one_process(tmp_path, method, augment):
     ]
     for a, b in zip(*rows, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+        assert b["train_nll"] == pytest.approx(a["train_nll"], rel=1e-5)
         # an argmax may flip between nearly tied logits: at most one image of 176 per epoch
         assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], abs=1.01 / 176)
     test_a, test_b = (json.loads((run / "results.json").read_text())["test"] for run in (one, two))

@@ -18,8 +18,8 @@ from ella.choices import (
     PathName,
 )
 from ella.config import MAX_SEED, option
+from ella.engine.schedule import OPTIMIZER_HELP, OptimizerConfig
 from ella.errors import ConfigError
-from ella.train.schedule import OPTIMIZER_HELP, OptimizerConfig
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = EnsembleMethod.values()

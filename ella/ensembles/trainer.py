@@ -37,6 +37,8 @@ from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
 from ella.distributed import check_batches, current, sharded_batches
+from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.schedule import make_optimizer
 from ella.ensembles.config import EnsembleConfig
 from ella.ensembles.kernels import (
     LengthscaleMetric,
@@ -49,8 +51,6 @@ from ella.groups import Group, get_group
 from ella.io import save_json
 from ella.models.build import build_model
 from ella.system import resolve_device
-from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
-from ella.train.schedule import make_optimizer
 
 __all__ = [
     "EnsembleTrainer",

@@ -28,6 +28,7 @@ import torch
 from laplace import DiagLaplace, FullLaplace, KronLaplace
 from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
+from tqdm.auto import tqdm
 
 from ella.choices import GGN, Backend, HessianStructure
 from ella.distributed import World
@@ -202,13 +203,18 @@ def dependency_may_not_exit(what: str) -> Iterator[None]:
 
 class _FiniteBatches:
     """A loader's batches, refusing inputs or targets with NaN or infinite values; other
-    attributes (``dataset``, ``batch_size``) are the loader's, as laplace-torch reads them."""
+    attributes (``dataset``, ``batch_size``) are the loader's, as laplace-torch reads them.
 
-    def __init__(self, loader: Iterable):
+    With ``progress``, one transient bar counts the batches (laplace-torch's own bar is
+    off, so that a round leaves no line between the epochs' bar and the next)."""
+
+    def __init__(self, loader: Iterable, progress: bool = False):
         self.loader = loader
+        self.progress = progress
 
     def __iter__(self) -> Iterator:
-        for batch in self.loader:
+        batches = tqdm(self.loader, desc="evidence fit", leave=False, disable=not self.progress)
+        for batch in batches:
             x, y = batch[0], batch[1]
             if not torch.isfinite(x).all():
                 raise InputDataError("the input data contains NaN or infinite values")
@@ -591,10 +597,11 @@ class LaplaceEvidence:
             # ASDL registers non-full backward hooks; torch warns about them on every fit.
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
+                batches = _FiniteBatches(loader, progress)
                 if self.structure is not HessianStructure.KRON:
-                    la.fit(_FiniteBatches(loader), progress_bar=progress)
+                    la.fit(batches, progress_bar=False)
                 else:  # decomposed once, eigenvectors deferred (LazyKronDecomposed)
-                    fit_undecomposed(la, _FiniteBatches(loader), progress)
+                    fit_undecomposed(la, batches, progress=False)
                     if summed:  # after the sum over the processes
                         sum_factors(la, world.sum_)
                     else:

@@ -20,6 +20,7 @@ from ella.nn.paths import (
     convolve_paths,
     fusable_paths,
 )
+from ella.testing import equivariance_errors
 
 #: Path names, in the order a layer holds them.
 PATH_NAMES: tuple[str, ...] = PathName.values()
@@ -214,8 +215,6 @@ class RelaxedLayer(nn.Module):
 
         About zero (float tolerance) when the layer has only a GCONV path.
         """
-        from ella.testing import equivariance_errors
-
         if z is None:
             z = torch.randn(2, self.group.order, self.in_channels, *self.in_size)
         errors = equivariance_errors(self, self.group, z, in_action="lifted", out_action="lifted")

@@ -1,7 +1,7 @@
 """Training: MAP and learned layer-wise priors in one loop.
 
 The names below load on first use (PEP 562), so that a module that needs only the
-options (``ella.train.schedule``, ``ella.train.config``) does not import laplace-torch
+options (``ella.engine.schedule``, ``ella.train.config``) does not import laplace-torch
 through the loop (``ella ensemble`` needs the options only, and starts sooner).
 """
 

@@ -26,8 +26,8 @@ from ella.choices import (
     SubsetControl,
 )
 from ella.config import option
+from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
-from ella.train.schedule import SCHEDULE_HELP, ScheduleConfig
 
 #: Training images (the first) on which ``--head-init data`` standardises a mixer's head.
 HEAD_INIT_IMAGES = 512
@@ -48,7 +48,7 @@ class TrainConfig(ScheduleConfig):
 
     The defaults are the mixer's recipe, chosen on validation splits (the records under
     ``docs/research/``), so that the default run trains on the embedded MNIST subset on a
-    CPU. :class:`~ella.train.schedule.ScheduleConfig`, which :func:`ella.fit` uses, keeps
+    CPU. :class:`~ella.engine.schedule.ScheduleConfig`, which :func:`ella.fit` uses, keeps
     its own defaults (a lower ``lr``, the exact GGN, the evidence on every training image
     and the reference's Adam rounds), which suit models it knows nothing about. Where
     this class differs from the reference, and why:

@@ -3,7 +3,7 @@
 The whole alternating job for any ``nn.Module`` made of ella's relaxed layers
 and/or ``nn.Linear``/``nn.Conv2d`` layers: MAP epochs with the prior term of a
 :class:`~ella.learner.PriorLearner`, evidence steps on the schedule of
-:class:`~ella.train.schedule.ScheduleConfig` (the options of ``ella train``, with
+:class:`~ella.engine.schedule.ScheduleConfig` (the options of ``ella train``, with
 defaults for a model ella knows nothing about: the reference's Adam rounds, one rate
 for every tensor, the exact GGN on the whole loader), test metrics per epoch, and
 optionally a run directory with a checkpoint after every epoch and exact resume.
@@ -31,13 +31,13 @@ from ella.choices import Likelihood
 from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
+from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_seed
+from ella.engine.health import training_collapse
+from ella.engine.schedule import ScheduleConfig, evidence_due, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.rundir import RESULTS
-from ella.train.engine import EpochRun, EpochState, Stream, epoch_seed
-from ella.train.health import training_collapse
-from ella.train.schedule import ScheduleConfig, evidence_due, make_optimizer
 
 __all__ = ["FitConfig", "FitResult", "fit"]
 
@@ -76,7 +76,7 @@ class FitResult:
             ``[{"epoch": ..., "fc": ..., "conv": ..., "gconv": ...}]``.
         training_collapse: the largest fall of the training accuracy below its best so
             far when it reached 20 points, else None (classification only;
-            :func:`~ella.train.health.training_collapse`).
+            :func:`~ella.engine.health.training_collapse`).
     """
 
     model: nn.Module
@@ -232,7 +232,7 @@ class _FitState(EpochState):
 
 
 class _FitRun(EpochRun):
-    """The epochs of :func:`fit` on the shared :class:`~ella.train.engine.EpochRun`."""
+    """The epochs of :func:`fit` on the shared :class:`~ella.engine.epochs.EpochRun`."""
 
     divergence_hint = "Try a smaller lr."
 
@@ -259,7 +259,7 @@ class _FitRun(EpochRun):
         # at most one example); else every process has len(y) of each batch
         resharded = getattr(self.train_loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
-        loss_sum, correct, seen = 0.0, 0, 0
+        loss_sum, nll_sum, correct, seen = 0.0, 0.0, 0, 0
         # the training accuracy, for classification with class indices as targets
         counts = config.likelihood == "classification"
         for i, (x, y) in enumerate(self.train_loader):
@@ -276,12 +276,13 @@ class _FitRun(EpochRun):
             self.optimizer.step()
             self.state.step += 1
             loss_sum += float(loss.detach()) * n_batch / size
+            nll_sum += float(data.detach()) * n_batch / size
             counts = counts and y.ndim == output.ndim - 1  # not for soft labels
             if counts:
                 correct += int((output.detach().argmax(-1) == y).sum())
             seen += len(y)
-        loss_sum, correct, seen = self.world.sum_values(loss_sum, correct, seen)
-        row = {"train_loss": loss_sum / seen, "lr": lr}
+        loss_sum, nll_sum, correct, seen = self.world.sum_values(loss_sum, nll_sum, correct, seen)
+        row = {"train_loss": loss_sum / seen, "train_nll": nll_sum / seen, "lr": lr}
         if counts:
             row["train_accuracy"] = correct / seen
         return row

@@ -51,6 +51,9 @@ from ella.distributed import (
     data_parallel,
     sharded_batches,
 )
+from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.health import training_collapse
+from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
@@ -71,9 +74,6 @@ from ella.report import (
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
-from ella.train.engine import EpochRun, EpochState, Stream, epoch_generator
-from ella.train.health import training_collapse
-from ella.train.schedule import cosine_lr, evidence_due, make_optimizer
 
 
 def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDataset | None]:
@@ -303,7 +303,7 @@ class Trainer(EpochRun):
         batches = sharded_batches(
             self.data.train.tensors, cfg.batch_size, generator, world, augment_images
         )
-        loss_sum, correct, seen = 0.0, 0, 0
+        loss_sum, nll_sum, correct, seen = 0.0, 0.0, 0, 0
         records_trace = self.subset_control() is SubsetControl.TRAINING
         trace = torch.zeros(self.n_train, dtype=torch.float64) if records_trace else None
         for x, y, n_batch, index in batches:  # this process's part of a global batch
@@ -325,18 +325,24 @@ class Trainer(EpochRun):
                 self.eta_optimizer.step()
             self.state.step += 1
             loss_sum += float(loss.detach()) * n_batch / world.size
+            nll_sum += float(data_loss.detach()) * n_batch / world.size
             correct += int((logits.argmax(1) == y).sum())
             seen += len(y)
             if trace is not None:
                 trace[index] = output_hessian_trace(logits).cpu()
-        loss_sum, correct, seen = world.sum_values(loss_sum, correct, seen)
+        loss_sum, nll_sum, correct, seen = world.sum_values(loss_sum, nll_sum, correct, seen)
         if trace is not None:  # every image is in one process's part of one batch
             trace = world.sum_(trace.to(self.device)).cpu()
             # two epochs' passes see two augmentations: their mean follows the curvature
             # better than one (docs/research/0025-subset-control-variate.md)
             old = self.output_trace
             self.output_trace = torch.where(old.isnan(), trace, 0.5 * (old + trace))
-        return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
+        return {
+            "train_loss": loss_sum / seen,
+            "train_nll": nll_sum / seen,
+            "train_accuracy": correct / seen,
+            "lr": lr,
+        }
 
     def evidence_data(self) -> Dataset:
         """The training images of this evidence round: all of them, or a fresh class-balanced
@@ -563,7 +569,7 @@ class Trainer(EpochRun):
 
     def postfix(self, row: dict) -> dict[str, str]:
         return {
-            "loss": f"{row['train_loss']:.3f}",
+            **super().postfix(row),
             **({"val_acc": f"{row['validation_accuracy']:.3f}"} if self.validation else {}),
             "test_acc": f"{row['test_accuracy']:.3f}",
             **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),

@@ -12,11 +12,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ella
 from ella import FitConfig, PriorLearner
+from ella.engine.epochs import Stream, epoch_seed
+from ella.engine.health import training_collapse
+from ella.engine.schedule import cosine_lr
 from ella.errors import ConfigError
-from ella.train.engine import Stream, epoch_seed
 from ella.train.fit import evidence_due
-from ella.train.health import training_collapse
-from ella.train.schedule import cosine_lr
 from tests.user_models import user_model
 
 SCHEDULE = dict(

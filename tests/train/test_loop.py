@@ -231,3 +231,19 @@ def test_the_reported_state_is_the_one_asked_for(tmp_path, state):
     assert run.state == state
     reloaded = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert (reloaded["state"].get("best") is None) == (state == "final")
+
+
+def test_the_epoch_bar_shows_the_data_fit_apart_from_the_prior_term(tmp_path, capsys):
+    """``train_loss`` = the data's NLL + 1/2 sum delta theta^2 / N, which grows as the learned
+    precisions do; the bar shows ``train_nll`` (and the accuracy), so it never reads as
+    divergence, and laplace-torch's own "[Computing Hessian]" bar is never drawn."""
+    trainer = Trainer(tiny_config(epochs=2, progress=True), tmp_path)
+    trainer.run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    for row in rows:
+        prior = row["train_loss"] - row["train_nll"]
+        assert 0 < prior < row["train_loss"]  # a positive prior term, apart from the NLL
+    shown = trainer.postfix(rows[-1])
+    assert shown["nll"] == f"{rows[-1]['train_nll']:.3f}" and "loss" not in shown
+    assert shown["acc"] == f"{rows[-1]['train_accuracy']:.3f}"
+    assert "Computing Hessian" not in capsys.readouterr().err

@@ -3,7 +3,7 @@
 ``data/reference_runs.json`` holds the metrics of three small runs (a learned-prior
 mixer with the exact GGN, a mixer with subset evidence and the MC GGN, and a MAP
 MLP), written by this module run as a script at commit a7a1f40, before the
-training loop moved onto ``PriorLearner`` and ``ella.train.engine``::
+training loop moved onto ``PriorLearner`` and ``ella.engine.epochs``::
 
     git worktree add /tmp/ref a7a1f40
     PYTHONPATH=/tmp/ref .venv/bin/python tests/train/test_reference_runs.py --write

@@ -1,9 +1,9 @@
-"""ella.train.health: the collapse of the training accuracy, on hand-made epoch rows."""
+"""ella.engine.health: the collapse of the training accuracy, on hand-made epoch rows."""
 
 import pytest
 
+from ella.engine.health import collapse_line, training_collapse
 from ella.report import format_table
-from ella.train.health import collapse_line, training_collapse
 
 
 def rows(*accuracies: float) -> list[dict]:
@@ -54,14 +54,14 @@ def test_the_report_states_a_collapse_and_says_what_to_try():
 
 
 def test_a_collapse_is_said_once_at_the_epoch_it_happens():
-    from ella.train.health import new_collapse
+    from ella.engine.health import new_collapse
 
     history = rows(0.5, 0.9, 0.8, 0.65, 0.3, 0.2)
     said = [new_collapse(history[:n]) for n in range(len(history) + 1)]
     assert [n for n, line in enumerate(said) if line] == [4]  # 0.9 -> 0.65 at epoch 4
     assert said[4] == (
         "epoch 4: the training accuracy fell from 90.0% (epoch 2) to 65.0%; the run goes on, "
-        "and its report will say how it ended (ella.train.health)"
+        "and its report will say how it ended (ella.engine.health)"
     )
 
 

@@ -30,6 +30,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ella.distributed import ONE_PROCESS, World, peer_failures
+from ella.engine.health import new_collapse
+from ella.engine.schedule import cosine_lr
 from ella.errors import CheckpointError, ConfigError, InputDataError, TrainingDivergedError
 from ella.io import load_checkpoint, save_jsonl, save_torch
 from ella.rundir import (
@@ -42,8 +44,6 @@ from ella.rundir import (
     resume_note,
     run_lock,
 )
-from ella.train.health import new_collapse
-from ella.train.schedule import cosine_lr
 
 __all__ = [
     "EpochRun",
@@ -151,8 +151,15 @@ class EpochRun(abc.ABC):
         epoch is already counted in ``state.epoch``. Nothing by default."""
 
     def postfix(self, row: dict) -> dict[str, str]:
-        """What the epoch bar shows after an epoch."""
-        return {"loss": f"{row['train_loss']:.3f}"}
+        """What the epoch bar shows after an epoch: the training data's NLL and accuracy
+        where the row has them (``train_nll``, without the prior term, which grows as the
+        learned precisions do and would read as divergence), else the training loss."""
+        if "train_nll" not in row:
+            return {"loss": f"{row['train_loss']:.3f}"}
+        shown = {"nll": f"{row['train_nll']:.3f}"}
+        if "train_accuracy" in row:
+            shown["acc"] = f"{row['train_accuracy']:.3f}"
+        return shown
 
     @abc.abstractmethod
     def checkpoint_entries(self) -> dict:
@@ -231,7 +238,7 @@ class EpochRun(abc.ABC):
     # ------------------------------------------------------------------ steps
     def set_lr(self, optimizer: torch.optim.Optimizer) -> float:
         """Set every group of ``optimizer`` to the cosine learning rate of ``state.step``,
-        times the group's ``"lr_scale"`` (:func:`~ella.train.schedule.make_optimizer`)."""
+        times the group's ``"lr_scale"`` (:func:`~ella.engine.schedule.make_optimizer`)."""
         cfg = self.config
         total = cfg.epochs * self.steps_per_epoch
         lr = cosine_lr(self.state.step, total, cfg.lr, cfg.lr_min)
@@ -318,7 +325,7 @@ class EpochRun(abc.ABC):
 
     def note_collapse(self) -> None:
         """Say once, on stderr, when the training accuracy has just collapsed
-        (:func:`~ella.train.health.new_collapse`), so that a long run's user need not wait
+        (:func:`~ella.engine.health.new_collapse`), so that a long run's user need not wait
         for its report."""
         news = new_collapse(self.state.metrics)
         if news is not None and self.world.is_main:

@@ -2,9 +2,9 @@ import pytest
 import torch
 from torch import nn
 
+from ella.engine.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
 from ella.errors import ConfigError
 from ella.train import TrainConfig, Trainer
-from ella.train.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
 from tests.train.test_loop import tiny_config
 
 
@@ -73,8 +73,8 @@ def test_auto_scaling_is_fan_in_with_adam_and_none_with_sgd():
 
 
 def test_fan_in_fc_scales_the_fc_paths_tensors_only(tmp_path):
+    from ella.engine.schedule import fc_path_parameters
     from ella.nn.paths import FCPath
-    from ella.train.schedule import fc_path_parameters
 
     torch.manual_seed(0)
     model = Trainer(tiny_config(lr_scaling="fan_in_fc"), tmp_path).model
@@ -105,8 +105,8 @@ def test_fan_in_fc_is_refused_with_sgd_and_without_the_model():
 
 
 def test_auto_prior_update_is_the_damped_optimum_where_it_applies():
+    from ella.engine.schedule import ScheduleConfig
     from ella.train import TrainConfig
-    from ella.train.schedule import ScheduleConfig
 
     config = TrainConfig()
     assert (config.prior_update, config.prior_step, config.marglik_frequency) == ("auto", 0.5, 2)
@@ -137,7 +137,7 @@ def test_auto_with_learned_invariance_trains_with_adam_rounds(tmp_path):
 
 
 def test_a_non_kronecker_hessian_needs_a_stock_backend():
-    from ella.train.schedule import ScheduleConfig
+    from ella.engine.schedule import ScheduleConfig
 
     with pytest.raises(ConfigError, match="--hessian full needs a stock backend"):
         ScheduleConfig(hessian="full", backend="native")
@@ -145,7 +145,7 @@ def test_a_non_kronecker_hessian_needs_a_stock_backend():
 
 
 def test_the_stratified_ggn_needs_the_native_backend():
-    from ella.train.schedule import ScheduleConfig
+    from ella.engine.schedule import ScheduleConfig
 
     with pytest.raises(ConfigError, match="--ggn stratified is the native backend's"):
         ScheduleConfig(ggn="stratified", backend="curvlinops")
@@ -170,8 +170,8 @@ def test_auto_ggn_is_stratified_with_the_native_backend_and_mc_with_a_stock_one(
 
 @pytest.mark.parametrize("group, order", [("C4", 4), ("D4", 8)])
 def test_gconv_group_order_rate_speeds_the_gconv_tensors_by_the_group_order(tmp_path, group, order):
+    from ella.engine.schedule import gconv_path_parameters
     from ella.nn.paths import GConvPath
-    from ella.train.schedule import gconv_path_parameters
 
     torch.manual_seed(0)
     model = Trainer(tiny_config(group=group), tmp_path).model

@@ -84,5 +84,5 @@ def new_collapse(metrics: list[dict], fall: float = COLLAPSE_FALL) -> str | None
         f"epoch {metrics[-1]['epoch']}: the training accuracy fell from "
         f"{100 * collapse['best']:.1f}% (epoch {collapse['best_epoch']}) to "
         f"{100 * collapse['lowest']:.1f}%; the run goes on, and its report will say how it "
-        "ended (ella.train.health)"
+        "ended (ella.engine.health)"
     )
