@@ -26,18 +26,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
-from ella.choices import GGN, Backend, HessianStructure, PriorMean, PriorMode, PriorUpdate
-from ella.distributed import World, current
+from ella.choices import (
+    GGN,
+    Backend,
+    HessianStructure,
+    PriorMean,
+    PriorMode,
+    PriorUpdate,
+    SubsetControl,
+)
+from ella.data.subsets import balanced_subset
+from ella.distributed import ShardLoader, World, current
+from ella.engine.epochs import Stream, epoch_generator
 from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported
+from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import at_bound, check_n_data
 
-__all__ = ["PriorLearner"]
+__all__ = ["EvidenceRounds", "PriorLearner", "dataset_labels", "forward_traces"]
 
 
 class _Batches:
@@ -52,6 +65,111 @@ class _Batches:
 
     def __iter__(self) -> Iterator:
         return iter(self.batches)
+
+
+@dataclass(frozen=True)
+class EvidenceRounds:
+    """What an evidence round fits the evidence on (the round policy of
+    :meth:`PriorLearner.evidence_round`): by default ``ella train``'s recipe.
+
+    A round draws a fresh class-balanced subset of ``subset_size`` training examples (a
+    function of ``seed`` and the epoch; all of them where ``subset_size`` is ``None`` or
+    at least ``N``), fits the GGN on it in batches of ``batch_size``, scales its
+    likelihood to ``N`` and its curvature by the control variate of ``control``
+    (:func:`ella.marglik.control.curvature_ratio`), and moves the precisions
+    (:meth:`PriorLearner.hyper_steps`; ``n_hypersteps`` Adam steps where the update is
+    Adam's).
+
+    Attributes:
+        subset_size: ``M``, the examples of one round, or ``None`` for all
+            (``docs/research/0024-stratified-ggn.md``).
+        control: ``none``, ``forward`` (a pass without gradients over all ``N`` examples
+            at the round) or ``training`` (traces the caller recorded in its training
+            passes, passed to the round; ``docs/research/0025-subset-control-variate.md``).
+        batch_size: batch size of the evidence fit (and of the forward pass).
+        n_hypersteps: Adam steps on the log precisions per round (Adam's update only).
+        seed: the seed of the rounds' subsets (with the epoch, as every stream of a run).
+    """
+
+    subset_size: int | None = 500
+    control: SubsetControl = SubsetControl.FORWARD
+    batch_size: int = 500
+    n_hypersteps: int = 20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "control", SubsetControl.parse(self.control, "control"))
+        if self.subset_size is not None and not (
+            isinstance(self.subset_size, int) and self.subset_size >= 1
+        ):
+            raise ConfigError(f"subset_size must be a positive int or None, got {self.subset_size}")
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+            raise ConfigError(f"batch_size must be a positive int, got {self.batch_size}")
+        if not (isinstance(self.n_hypersteps, int) and self.n_hypersteps >= 0):
+            raise ConfigError(f"n_hypersteps must be an int >= 0, got {self.n_hypersteps}")
+
+    @classmethod
+    def from_config(cls, config) -> EvidenceRounds:
+        """The rounds of a :class:`~ella.engine.schedule.ScheduleConfig`
+        (``marglik_subset_size``, ``subset_control``, ``marglik_batch_size``,
+        ``n_hypersteps``, ``seed``)."""
+        return cls(
+            subset_size=config.marglik_subset_size,
+            control=config.subset_control,
+            batch_size=config.marglik_batch_size,
+            n_hypersteps=config.n_hypersteps,
+            seed=config.seed,
+        )
+
+    def subset(self, labels: torch.Tensor | None, n: int, epoch: int) -> torch.Tensor | None:
+        """The (M,) sorted indices of the round after (1-based) ``epoch``, class-balanced
+        by ``labels`` (uniform where they are ``None``: regression); ``None``: all ``n``."""
+        m = self.subset_size
+        if m is None or m >= n:
+            return None
+        generator = epoch_generator(self.seed, epoch, Stream.EVIDENCE_SUBSET)
+        if labels is None:
+            return torch.randperm(n, generator=generator)[:m].sort().values
+        return balanced_subset(labels, m, generator)
+
+
+def dataset_labels(data: Dataset) -> torch.Tensor:
+    """The (N,) integer labels of a map-style classification data set (read from its
+    tensors where it is a ``TensorDataset``, or a ``Subset`` of one; else item by item)."""
+    if isinstance(data, TensorDataset):
+        return data.tensors[1]
+    if isinstance(data, Subset) and isinstance(data.dataset, TensorDataset):
+        return data.dataset.tensors[1][torch.as_tensor(data.indices)]
+    return torch.as_tensor([int(data[i][1]) for i in range(len(data))])
+
+
+@torch.no_grad()
+def forward_traces(model: nn.Module, data: Dataset, batch_size: int, world: World) -> torch.Tensor:
+    """``1 - sum_c p_c^2`` of every example of ``data`` at the model's current weights
+    (evaluation mode), (N,) float64: the auxiliary variable of the ``forward`` control. In
+    a data-parallel job each process passes its shard and the traces are summed."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    trace = torch.zeros(len(data), dtype=torch.float64)
+    shard = torch.as_tensor(list(world.shard(len(data))), dtype=torch.long)
+    images = data.tensors[0] if isinstance(data, TensorDataset) else None
+    for index in shard.split(batch_size):
+        if images is not None:
+            x = images[index]
+        else:
+            x = next(iter(DataLoader(Subset(data, index.tolist()), batch_size=len(index))))[0]
+        trace[index] = output_hessian_trace(model(x.to(device))).cpu()
+    model.train(was_training)
+    return world.sum_(trace.to(device)).cpu()
+
+
+def evidence_loader(data: Dataset, batch_size: int, world: World):
+    """A round's batches: a ``DataLoader`` over ``data`` in one process; in a data-parallel
+    job this process's contiguous shard, presented as the whole set (``ShardLoader``)."""
+    if not world.distributed:
+        return DataLoader(data, batch_size=batch_size)
+    return ShardLoader(DataLoader(world.subset(data), batch_size=batch_size), total=len(data))
 
 
 class PriorLearner:
@@ -89,6 +207,8 @@ class PriorLearner:
             ``log delta <- log delta + step (log delta* - log delta)``. 1 (default) sets
             them to the optimum; a smaller step damps the fixed-point iteration that the
             alternation of training and rounds is.
+        rounds: the data of :meth:`evidence_round` (an :class:`EvidenceRounds`; defaults
+            to ``EvidenceRounds()``, ``ella train``'s subset and control variate).
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
@@ -117,6 +237,7 @@ class PriorLearner:
         data_parallel: bool | None = None,
         mean: PriorMean | str = PriorMean.ZERO,
         step: float = 1.0,
+        rounds: EvidenceRounds | None = None,
     ):
         n_data = check_n_data(n_data)
         if not (math.isfinite(prior_precision) and prior_precision > 0):
@@ -134,8 +255,15 @@ class PriorLearner:
         self.backend = backend
         # auto resolved for the backend the evidence will use
         used = backend or Backend.default_for(self.hessian)
-        self.ggn = GGN.parse(ggn, "GGN type").for_backend(used)
+        ggn = GGN.parse(ggn, "GGN type")
+        if ggn is GGN.AUTO and likelihood == "regression":  # a Gaussian's GGN is one pass
+            ggn = GGN.EXACT
+        self.ggn = ggn.for_backend(used)
         self.likelihood = likelihood
+        #: how :meth:`evidence_round` chooses its data (ella train's recipe by default)
+        self.rounds = EvidenceRounds() if rounds is None else rounds
+        #: the control variate's factor on the last round's curvature (1: none)
+        self.last_curvature_ratio = 1.0
         self.sigma_noise = sigma_noise
         self.update = PriorUpdate.parse(update, "prior update")
         self.data_parallel = data_parallel
@@ -170,7 +298,8 @@ class PriorLearner:
     @classmethod
     def from_config(cls, model: nn.Module, n_data: int, config, **options) -> PriorLearner:
         """A learner with the evidence options of a :class:`~ella.engine.schedule.ScheduleConfig`
-        (prior structure and initial precision, ``lr_hyp``, Hessian, backend, GGN);
+        (prior structure and initial precision, ``lr_hyp``, Hessian, backend, GGN, the
+        update rule and step, the rounds' data: :meth:`EvidenceRounds.from_config`);
         ``options`` adds ``likelihood`` and ``sigma_noise``."""
         update = config.prior_update_rule()  # auto resolved
         return cls(
@@ -186,6 +315,7 @@ class PriorLearner:
             mean=config.prior_mean,
             # the damping of the optimum; Adam's rounds have none (auto may resolve to adam)
             step=config.prior_step if update == "optimum" else 1.0,
+            rounds=EvidenceRounds.from_config(config),
             **options,
         )
 
@@ -313,6 +443,101 @@ class PriorLearner:
             raise ConfigError(f"n_hypersteps must be >= 0, got {n_hypersteps}")
         self.fit(batches, progress=progress)
         return self.hyper_steps(n_hypersteps)
+
+    def evidence_round(
+        self,
+        data: Dataset,
+        epoch: int,
+        *,
+        labels: torch.Tensor | None = None,
+        traces: torch.Tensor | None = None,
+        progress: bool = False,
+    ) -> float:
+        """One evidence round on the training set ``data`` after (1-based) ``epoch``, as
+        :attr:`rounds` says: draw the round's subset, fit the GGN on it with the control
+        variate's factor, move the precisions (:meth:`hyper_steps`).
+
+        Call it where :meth:`evidence_step` would be called, with the whole training set:
+        ``ella train`` and :func:`ella.fit` call it after their epochs.
+
+        Args:
+            data: the ``N = n_data`` training examples, a map-style data set of
+                ``(x, y)`` (the round draws its own subset of it).
+            epoch: the epoch just trained (with ``rounds.seed``, it seeds the subset).
+            labels: the (N,) class labels of ``data`` (read from it where not given);
+                unused for regression.
+            traces: the (N,) auxiliary variable of the ``training`` control (``1 - sum p^2``
+                of each example in the training passes); NaN entries (no pass yet) turn the
+                control off for the round.
+            progress: one transient bar over the fit's batches.
+
+        Returns:
+            The log marginal likelihood after the update.
+        """
+        self.fit_round(data, epoch, labels=labels, traces=traces, progress=progress)
+        return self.hyper_steps(self.rounds.n_hypersteps)
+
+    def round_subset(
+        self, data: Dataset, epoch: int, labels: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """The indices of the round after ``epoch`` (:meth:`EvidenceRounds.subset`, balanced
+        by ``labels`` or the labels read from ``data``); ``None``: every example."""
+        rounds = self.rounds
+        classification = self.likelihood == "classification"
+        partial = rounds.subset_size is not None and rounds.subset_size < len(data)
+        if labels is None and classification and partial:
+            labels = dataset_labels(data)
+        return rounds.subset(labels if classification else None, len(data), epoch)
+
+    def fit_round(
+        self,
+        data: Dataset,
+        epoch: int,
+        *,
+        labels: torch.Tensor | None = None,
+        traces: torch.Tensor | None = None,
+        progress: bool = False,
+    ) -> LaplaceEvidence:
+        """The fit of :meth:`evidence_round` without the update (same arguments): the
+        round's evidence, also kept as :attr:`evidence`."""
+        if len(data) != self.n_data:
+            raise ConfigError(
+                f"evidence_round needs the whole training set: got {len(data)} examples, "
+                f"n_data is {self.n_data}"
+            )
+        index = self.round_subset(data, epoch, labels)
+        ratio = 1.0
+        if index is not None:
+            if self.hessian != "kron":
+                raise ConfigError(
+                    f"a round on {len(index)} of {len(data)} examples (the subset estimator) "
+                    f"needs the Kronecker Hessian; with hessian={self.hessian} use "
+                    "subset_size=None (marglik_subset_size=None), which fits every example"
+                )
+            ratio = self.curvature_ratio(data, index, traces)
+            data = Subset(data, index)
+        self.last_curvature_ratio = ratio
+        return self.fit(evidence_loader(data, self.rounds.batch_size, self.world), progress, ratio)
+
+    def curvature_ratio(
+        self, data: Dataset, index: torch.Tensor, traces: torch.Tensor | None = None
+    ) -> float:
+        """The control variate's factor (:attr:`rounds`' ``control``) on the curvature of
+        the subset ``index`` of ``data`` (1: none; see :meth:`evidence_round`)."""
+        control = self.rounds.control
+        if control is SubsetControl.NONE or self.likelihood != "classification":
+            return 1.0
+        if control is SubsetControl.FORWARD:
+            traces = forward_traces(self.model, data, self.rounds.batch_size, self.world)
+        elif traces is None:
+            raise ConfigError(
+                "the training control variate needs the traces of the training passes: "
+                "pass traces=... (ella.marglik.control.output_hessian_trace of each "
+                "example's logits), or use control='forward'"
+            )
+        elif traces.isnan().any():  # no training pass recorded yet
+            return 1.0
+        return curvature_ratio(traces, index)
 
     # ------------------------------------------------------------------ reading out
     @property

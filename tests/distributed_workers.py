@@ -99,6 +99,7 @@ def fit(out: str) -> None:
         n_epochs_burnin=1,
         marglik_frequency=1,
         n_hypersteps=3,
+        ggn="exact",  # deterministic: a sampled GGN draws per process
         progress=False,
         out=f"{out}.run",
     )

@@ -28,6 +28,7 @@ from ella.choices import (
     PriorMean,
     PriorMode,
     PriorUpdate,
+    SubsetControl,
 )
 from ella.config import MAX_SEED, Config, option
 from ella.errors import ConfigError
@@ -90,18 +91,40 @@ class ScheduleConfig(OptimizerConfig):
     prior_precision: float = option(0.01, greater_than=0)
     prior_mean: PriorMean = PriorMean.ZERO
     n_epochs_burnin: int = option(4, minimum=0)
-    marglik_frequency: int = option(3, minimum=1)
-    prior_update: PriorUpdate = PriorUpdate.ADAM
+    # priors that converge within the run (docs/research/0009-a-converging-schedule.md):
+    # a round every marglik_frequency epochs after the burn-in, each DEFAULT_PRIOR_STEP of
+    # the way to its optimum; adam where the optimum does not apply
+    marglik_frequency: int = option(2, minimum=1)
+    prior_update: PriorUpdate = PriorUpdate.AUTO
     # None: DEFAULT_PRIOR_STEP, or 1 with --prior-update adam (which does not use it)
     prior_step: float | None = option(None, greater_than=0, maximum=1)
     n_hypersteps: int = option(20, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
-    ggn: GGN = GGN.EXACT
+    # stratified with the native backend (exact for regression), see marglik_subset_size
+    ggn: GGN = GGN.AUTO
+    marglik_batch_size: int = option(500, minimum=1)
+    # 500 examples per round with the stratified GGN: half the noise of each round's
+    # optimum of 1000 with the MC GGN, at the same cost (docs/research/0024-stratified-ggn.md)
+    marglik_subset_size: int | None = option(500, minimum=1)
+    # the subset's curvature scaled by the traces of all N examples against the subset's:
+    # a ratio estimator that removes most of the rounds' common noise
+    # (docs/research/0025-subset-control-variate.md); forward: a pass at each round
+    subset_control: SubsetControl = SubsetControl.FORWARD
 
-    #: the step towards the round's optimum when ``prior_step`` is not given
-    DEFAULT_PRIOR_STEP: ClassVar[float] = 1.0
+    #: half the way to each round's optimum (see prior_update)
+    DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
+    #: what ella did before an option existed, where its default is different now: a
+    #: checkpoint that lacks the option ran with this value (:func:`ella.io.load_checkpoint`)
+    ABSENT_MEANS: ClassVar[dict[str, object]] = {
+        "marglik_frequency": 3,
+        "prior_update": "adam",
+        "prior_step": 1.0,
+        "ggn": "exact",
+        "marglik_subset_size": None,
+        "subset_control": "none",
+    }
 
     def check(self) -> None:
         super().check()

@@ -213,14 +213,22 @@ class _FiniteBatches:
         self.progress = progress
 
     def __iter__(self) -> Iterator:
-        batches = tqdm(self.loader, desc="evidence fit", leave=False, disable=not self.progress)
-        for batch in batches:
-            x, y = batch[0], batch[1]
-            if not torch.isfinite(x).all():
-                raise InputDataError("the input data contains NaN or infinite values")
-            if y.is_floating_point() and not torch.isfinite(y).all():
-                raise InputDataError("the targets contain NaN or infinite values")
-            yield batch
+        # a bar beside the loader, not around it: a tqdm that iterates a DataLoader draws
+        # from torch's global generator, which the MC GGN samples from (a run must not
+        # depend on whether it shows progress)
+        total = len(self.loader) if hasattr(self.loader, "__len__") else None
+        bar = tqdm(total=total, desc="evidence fit", leave=False, disable=not self.progress)
+        try:
+            for batch in self.loader:
+                bar.update()
+                x, y = batch[0], batch[1]
+                if not torch.isfinite(x).all():
+                    raise InputDataError("the input data contains NaN or infinite values")
+                if y.is_floating_point() and not torch.isfinite(y).all():
+                    raise InputDataError("the targets contain NaN or infinite values")
+                yield batch
+        finally:
+            bar.close()
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ella.choices import (
-    GGN,
     Augmentation,
     Downsampling,
     FCMode,
@@ -111,9 +110,6 @@ class TrainConfig(ScheduleConfig):
         "gconv_lr": "same",
     }
 
-    #: half the way to each round's optimum (see prior_update)
-    DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
-
     # data
     dataset: str = "mnist_subset"
     data_dir: str | None = option(None, defines_run=False, path=True)
@@ -149,14 +145,9 @@ class TrainConfig(ScheduleConfig):
     invariance_marglik_size: int = option(1000, minimum=1)
     # MAP optimisation (epochs, optimiser and the evidence schedule: ScheduleConfig)
     batch_size: int = option(128, minimum=1)
-    # marginal likelihood
-    marglik_batch_size: int = option(500, minimum=1)
-    # 500 images per round with the stratified GGN: half the noise of each round's optimum
-    # of 1000 with the MC GGN, at the same cost (docs/research/0024-stratified-ggn.md)
-    marglik_subset_size: int | None = option(500, minimum=1)
-    # the subset's curvature scaled by the traces of the last training passes: a ratio
-    # estimator that removes most of the rounds' common noise at no cost
-    # (docs/research/0025-subset-control-variate.md)
+    # the evidence rounds (marglik_subset_size, ...: ScheduleConfig), the subset's curvature
+    # scaled by the traces of the training passes, free (ella.fit's forward control costs a
+    # pass; docs/research/0025-subset-control-variate.md)
     subset_control: SubsetControl = SubsetControl.TRAINING
     # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig), chosen
     # on validation splits: docs/research/0002-recipe-on-a-validation-split.md (lr) and
@@ -169,13 +160,6 @@ class TrainConfig(ScheduleConfig):
     # validated better on Table 3's five sets (docs/research/0013-gconv-rate.md):
     # group_order with Adam
     gconv_lr: GConvRate = GConvRate.AUTO
-    ggn: GGN = GGN.AUTO  # stratified with the native backend (see marglik_subset_size)
-    # priors that converge within the run (docs/research/0009-a-converging-schedule.md):
-    # a round every marglik_frequency epochs after the burn-in, each DEFAULT_PRIOR_STEP of
-    # the way to its optimum; adam where the optimum does not apply
-    marglik_frequency: int = option(2, minimum=1)
-    prior_update: PriorUpdate = PriorUpdate.AUTO
-    prior_step: float | None = option(None, greater_than=0, maximum=1)  # DEFAULT_PRIOR_STEP
     # the final state validated better than the best-evidence one in all six runs of
     # docs/research/0005-report-the-final-state.md
     report_state: ReportedState = ReportedState.FINAL

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from ella import distributed
-from ella.choices import Likelihood
+from ella.choices import Likelihood, SubsetControl
 from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
@@ -36,7 +36,7 @@ from ella.engine.health import training_collapse
 from ella.engine.schedule import ScheduleConfig, evidence_due, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
-from ella.learner import PriorLearner, prior_convergence, shares_history
+from ella.learner import PriorLearner, dataset_labels, prior_convergence, shares_history
 from ella.rundir import RESULTS
 
 __all__ = ["FitConfig", "FitResult", "fit"]
@@ -53,6 +53,15 @@ class FitConfig(ScheduleConfig):
 
     likelihood: Likelihood = Likelihood.CLASSIFICATION
     sigma_noise: float = option(1.0, greater_than=0)
+
+    def check(self) -> None:
+        super().check()
+        if self.subset_control == SubsetControl.TRAINING:
+            raise ConfigError(
+                "subset_control='training' reads traces that ella train records in its own "
+                "training passes; ella.fit's rounds use 'forward' (a pass over the training "
+                "set at each round) or 'none'"
+            )
 
 
 @dataclass
@@ -163,6 +172,25 @@ def _n_examples(loader: Iterable) -> int:
     return n
 
 
+def _check_rounds(dataset, n_data: int, config: FitConfig) -> None:
+    """Refuse, before any training, evidence rounds on a subset that the data or the
+    Hessian cannot give."""
+    subset = config.marglik_subset_size
+    if subset is None or subset >= n_data or not config.learn_priors:
+        return
+    if config.hessian != "kron":
+        raise ConfigError(
+            f"marglik_subset_size={subset} of {n_data} examples (the subset estimator) needs "
+            f"hessian='kron'; with hessian={config.hessian!r} pass marglik_subset_size=None"
+        )
+    if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
+        raise ConfigError(
+            f"the evidence rounds draw {subset} of the {n_data} training examples, which "
+            f"needs a map-style dataset (an iterable one has no indices): pass "
+            "marglik_subset_size=None to fit every batch"
+        )
+
+
 def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> None:
     """Refuse, before any training step, a training loader whose first batch training would
     fail on (or silently misuse): not an ``(x, y)`` pair of tensors of one length; for
@@ -245,6 +273,7 @@ class _FitRun(EpochRun):
         self.optimizer = make_optimizer(model, config)
         self.state = _FitState()
         self.steps_per_epoch = len(self.train_loader)
+        self.labels: torch.Tensor | None = None  # of the training set, for the rounds
 
     def train_epoch(self) -> dict:
         model, config = self.model, self.config
@@ -290,9 +319,16 @@ class _FitRun(EpochRun):
     def after_epoch(self, row: dict) -> None:
         epoch = self.state.epoch
         if evidence_due(self.config, epoch):
-            row["log_marglik"] = self.priors.evidence_step(
-                self.train_loader, self.config.n_hypersteps, progress=self.progress
+            data, rounds = self.train_loader.dataset, self.priors.rounds
+            partial = rounds.subset_size is not None and rounds.subset_size < len(data)
+            classification = self.config.likelihood == "classification"
+            if self.labels is None and classification and partial:
+                self.labels = dataset_labels(data)  # read once
+            row["log_marglik"] = self.priors.evidence_round(
+                data, epoch, labels=self.labels, progress=self.progress
             )
+            if partial and rounds.control is not SubsetControl.NONE:
+                row["curvature_ratio"] = self.priors.last_curvature_ratio
             row["prior_precision"] = self.priors.prior_precision
             row["prior_gap"] = self.priors.gaps[-1]
             shares = self.priors.shares()
@@ -363,6 +399,7 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
+    _check_rounds(train_loader.dataset, n_data, config)
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )

@@ -40,11 +40,9 @@ from tqdm.auto import tqdm
 from ella.choices import HeadInit, ReportedState, SubsetControl
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
-from ella.data.subsets import balanced_subset
 from ella.data.transforms import augment
 from ella.distributed import (
     ONE_PROCESS,
-    ShardLoader,
     World,
     check_batches,
     current,
@@ -60,7 +58,7 @@ from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.marglik import LaplaceEvidence
-from ella.marglik.control import curvature_ratio, output_hessian_trace
+from ella.marglik.control import output_hessian_trace
 from ella.marglik.evidence import check_memory, non_finite_parameters
 from ella.models import Mixer
 from ella.models.build import build_model
@@ -178,8 +176,11 @@ class Trainer(EpochRun):
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.train_model = data_parallel(self.model, self.world)
         self.n_train = len(self.data.train)
+        self.labels = self.data.train.tensors[1]
         check_batches(self.n_train, config.batch_size, self.world)
         self.priors = PriorLearner.from_config(self.net, self.n_train, config)
+        # the rounds' control where they learn the network's priors on a subset, else none
+        self.priors.rounds = dataclasses.replace(self.priors.rounds, control=self.subset_control())
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == "learned":
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
@@ -345,65 +346,44 @@ class Trainer(EpochRun):
         }
 
     def evidence_data(self) -> Dataset:
-        """The training images of this evidence round: all of them, or a fresh class-balanced
-        subset of ``marglik_subset_size`` (a function of the seed and the epoch)."""
-        m = self.config.marglik_subset_size
-        if m is None or m >= self.n_train:
-            return self.data.train
-        generator = epoch_generator(self.config.seed, self.state.epoch, Stream.EVIDENCE_SUBSET)
-        return Subset(self.data.train, balanced_subset(self.data.train.tensors[1], m, generator))
+        """The training images of this evidence round: all of them, or the round's fresh
+        class-balanced subset of ``marglik_subset_size`` (:meth:`PriorLearner.round_subset`,
+        a function of the seed and the epoch)."""
+        index = self.priors.round_subset(self.data.train, self.state.epoch, self.labels)
+        return self.data.train if index is None else Subset(self.data.train, index)
 
     def subset_control(self) -> SubsetControl:
         """The control variate the evidence rounds use: ``config.subset_control`` where the
-        rounds learn the network's priors by :meth:`fit_evidence` on a subset of the
-        training images (:meth:`evidence_data` is then a ``Subset``), else none (an
-        invariant model's rounds use :meth:`invariance_evidence` instead)."""
+        rounds learn the network's priors on a subset of the training images, else none
+        (an invariant model's rounds use :meth:`invariance_evidence` instead)."""
         m = self.config.marglik_subset_size
         if m is None or m >= self.n_train or not self.config.learn_priors or self.invariant:
             return SubsetControl.NONE
         return self.config.subset_control
 
     def subset_curvature_ratio(self, data: Subset) -> float:
-        """The control variate's factor on the curvature of ``data``, this round's images
-        (:func:`ella.marglik.control.curvature_ratio`; 1 without a control)."""
-        control = self.subset_control()
-        if control is SubsetControl.NONE:
+        """The control variate's factor on the curvature of ``data``, a round's images
+        (:meth:`PriorLearner.curvature_ratio`; 1 without a control)."""
+        if self.subset_control() is SubsetControl.NONE:
             return 1.0
-        if control is SubsetControl.FORWARD:
-            trace = self.current_trace()
-        elif self.output_trace.isnan().any():  # no training pass yet (resumed old run)
-            return 1.0
-        else:
-            trace = self.output_trace
-        return curvature_ratio(trace, torch.as_tensor(data.indices))
-
-    @torch.no_grad()
-    def current_trace(self) -> torch.Tensor:
-        """``1 - sum p^2`` of every training image at the current weights (evaluation mode,
-        no augmentation), (N,) float64; in a data-parallel job each process passes its
-        shard and the traces are summed."""
-        was_training = self.model.training
-        self.model.eval()
-        images = self.data.train.tensors[0]
-        trace = torch.zeros(self.n_train, dtype=torch.float64)
-        shard = torch.as_tensor(list(self.world.shard(self.n_train)), dtype=torch.long)
-        for index in shard.split(self.config.marglik_batch_size):
-            trace[index] = output_hessian_trace(self.model(images[index].to(self.device))).cpu()
-        self.model.train(was_training)
-        return self.world.sum_(trace.to(self.device)).cpu()
+        return self.priors.curvature_ratio(
+            self.data.train, torch.as_tensor(data.indices), self.output_trace
+        )
 
     def fit_evidence(self) -> LaplaceEvidence:
-        """Fit the evidence on :meth:`evidence_data` (in a data-parallel job each process
-        fits its shard of it, and the factors are summed), its curvature scaled by the
-        control variate of ``--subset-control`` (:meth:`subset_curvature_ratio`)."""
-        data, batch_size = self.evidence_data(), self.config.marglik_batch_size
-        ratio = self.last_curvature_ratio = self.subset_curvature_ratio(data)
-        if not self.world.distributed:
-            loader = DataLoader(data, batch_size=batch_size)
-            return self.priors.fit(loader, self.progress, curvature_ratio=ratio)
-        part = DataLoader(self.world.subset(data), batch_size=batch_size)
-        loader = ShardLoader(part, total=len(data))
-        return self.priors.fit(loader, progress=self.progress, curvature_ratio=ratio)
+        """Fit this round's evidence (:meth:`PriorLearner.fit_round`: the round's subset,
+        its curvature scaled by the control variate of ``--subset-control``; in a
+        data-parallel job each process fits its shard and the factors are summed)."""
+        control = self.subset_control()
+        evidence = self.priors.fit_round(
+            self.data.train,
+            self.state.epoch,
+            labels=self.labels,
+            traces=self.output_trace if control is SubsetControl.TRAINING else None,
+            progress=self.progress,
+        )
+        self.last_curvature_ratio = self.priors.last_curvature_ratio
+        return evidence
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""

@@ -117,8 +117,11 @@ def test_auto_prior_update_is_the_damped_optimum_where_it_applies():
         ScheduleConfig(prior_update="auto", hessian="diag", backend="asdl").prior_update_rule()
         == "adam"
     )
-    # ella.fit keeps the reference's Adam rounds; an explicit rule is kept as given
-    assert ScheduleConfig().prior_update_rule() == "adam"
+    # ella.fit's rounds are ella train's (the damped optimum); an explicit rule is kept
+    fit = ScheduleConfig()
+    assert (fit.prior_update_rule(), fit.prior_step, fit.marglik_frequency) == ("optimum", 0.5, 2)
+    assert (fit.ggn, fit.marglik_subset_size, fit.subset_control) == ("auto", 500, "forward")
+    assert ScheduleConfig(prior_update="adam").prior_update_rule() == "adam"
     assert TrainConfig(prior_update="adam", prior_step=1.0).prior_update_rule() == "adam"
     with pytest.raises(ConfigError, match="--prior-update optimum .*learned invariance"):
         TrainConfig(prior_update="optimum", invariance="learned", augment="none")

@@ -235,3 +235,20 @@ def test_order_by_group_is_the_stable_argsort_of_the_repeated_groups(n_tensors):
     sizes = torch.randint(0, 40, (n_tensors,), generator=generator)
     expected = torch.argsort(groups.repeat_interleave(sizes), stable=True)
     assert torch.equal(order_by_group(groups, sizes), expected)
+
+
+@pytest.mark.parametrize("backend", ["native", "asdl"])
+def test_a_fit_does_not_depend_on_its_progress_bar(backend, capsys):
+    """The MC GGN samples its labels from torch's global generator: drawing the bar must
+    not draw from it, so a run gives the same evidence with and without progress."""
+    model = tiny_mixer()
+    prior = PriorStructure(model, "layer_path")
+    values = []
+    for progress in (False, True):
+        torch.manual_seed(3)
+        evidence = LaplaceEvidence(model, prior, ggn="mc", backend=backend)
+        evidence.fit(tiny_data(), progress=progress)
+        values.append(float(evidence.log_marginal_likelihood(torch.zeros(prior.n_groups))))
+        values.append(float(torch.rand(())))  # the generator's state after the fit
+    assert values[:2] == values[2:]
+    assert "Computing Hessian" not in capsys.readouterr().err

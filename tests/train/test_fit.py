@@ -82,13 +82,20 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights():
+@pytest.mark.parametrize("subset", [None, 16], ids=["every example", "subset rounds"])
+def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights(subset):
+    """The documented calls (PriorLearner.from_config, penalty, evidence_round) in a loop
+    of one's own reproduce ella.fit: its rounds (subset, control variate, update) are the
+    learner's, not the loop's."""
     train, test = loaders()
-    result = ella.fit(user_model(), train, **SCHEDULE)
+    schedule = {**SCHEDULE, "marglik_subset_size": subset}
+    result = ella.fit(user_model(), train, **schedule)
+    if subset is not None:  # the rounds drew half the examples, with the control variate
+        assert all(row["curvature_ratio"] > 0 for row in result.metrics if "log_marglik" in row)
 
-    config = FitConfig(**SCHEDULE)
+    config = FitConfig(**schedule)
     model = user_model()
-    priors = PriorLearner(model, n_data=32, prior_precision=0.01, ggn="mc")
+    priors = PriorLearner.from_config(model, 32, config)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     step, total = 0, config.epochs * len(train)
     for epoch in range(1, config.epochs + 1):
@@ -104,7 +111,7 @@ def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights()
             optimiser.step()
             step += 1
         if evidence_due(config, epoch):
-            priors.evidence_step(train, n_hypersteps=config.n_hypersteps)
+            priors.evidence_round(train.dataset, epoch)
     assert priors.prior_precision == result.prior_precision
     for a, b in zip(result.model.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -135,3 +142,22 @@ def test_bad_options_and_loaders_are_refused_before_any_training():
         ella.fit(user_model(), list(train))
     with pytest.raises(ConfigError, match="needs out"):
         ella.fit(user_model(), train, resume=True)
+    # rounds on a subset: a Kronecker Hessian, a map-style dataset, no training traces
+    with pytest.raises(ConfigError, match="subset_control='training'.*'forward'"):
+        FitConfig(subset_control="training")
+    with pytest.raises(ConfigError, match="needs hessian='kron'.*marglik_subset_size=None"):
+        ella.fit(user_model(), train, hessian="diag", backend="asdl", marglik_subset_size=16)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __init__(self, data):
+            self.data = data
+
+        def __iter__(self):
+            return iter(self.data)
+
+        def __len__(self):
+            return len(self.data)
+
+    streamed = DataLoader(Stream(train.dataset), batch_size=8)
+    with pytest.raises(ConfigError, match="map-style dataset.*marglik_subset_size=None"):
+        ella.fit(user_model(), streamed, marglik_subset_size=16)
