@@ -21,7 +21,7 @@ import enum
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,6 +275,30 @@ class EpochRun(abc.ABC):
             f"the {what} became {loss.item()} at epoch {self.state.epoch + 1}, "
             f"step {self.state.step + 1}; {checkpoint_note(self.out)}. {hint}"
         )
+
+    def take_step(
+        self,
+        loss: torch.Tensor,
+        x: torch.Tensor,
+        optimizers: Sequence[torch.optim.Optimizer],
+        *,
+        what: str = "training loss",
+        prior_term: torch.Tensor | None = None,
+        before_step: Callable[[], None] | None = None,
+    ) -> None:
+        """The one optimisation step of every command: refuse a non-finite ``loss``
+        (:meth:`check_loss`), zero the gradients, backpropagate, call ``before_step``
+        (e.g. averaging the gradients over processes), step each optimiser in order, and
+        count the step."""
+        self.check_loss(loss, x, what, prior_term=prior_term)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if before_step is not None:
+            before_step()
+        for optimizer in optimizers:
+            optimizer.step()
+        self.state.step += 1
 
     # ------------------------------------------------------------------ loop
     def run_epochs(

@@ -304,12 +304,13 @@ class EnsembleTrainer(EpochRun):
         for x, y, n_global in bar:
             lr = self.set_lr(self.optimizer)
             surrogate, parts = self.loss(x, y, n_global)
-            self.check_loss(surrogate, x, "ensemble loss")
-            self.optimizer.zero_grad(set_to_none=True)
-            surrogate.backward()
-            world.average_gradients(self.ensemble.parameters())
-            self.optimizer.step()
-            self.state.step += 1
+            self.take_step(
+                surrogate,
+                x,
+                [self.optimizer],
+                what="ensemble loss",
+                before_step=lambda: world.average_gradients(self.ensemble.parameters()),
+            )
             seen += len(y)
             for k, v in parts.items():  # this process's share of the global batch's sums
                 sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * n_global / world.size)

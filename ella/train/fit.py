@@ -32,6 +32,7 @@ from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_seed
+from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.schedule import ScheduleConfig, evidence_due, make_optimizer
 from ella.errors import ConfigError, InputDataError
@@ -130,25 +131,15 @@ def evaluate_loader(
 ) -> dict[str, float]:
     """Mean loss (and accuracy for classification) over ``loader`` (in a data-parallel job
     each process evaluates its shard of the loader's data set, and the sums are shared)."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     if world.distributed and isinstance(loader, DataLoader):
         loader = _test_shard(loader, world)
-    total, correct, n = 0.0, 0, 0
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        out = model(x)
-        total += float(data_loss(out, y, config)) * len(y)
-        if config.likelihood == "classification":
-            correct += int((out.argmax(1) == y).sum())
-        n += len(y)
-    total, correct, n = world.sum_values(total, correct, n)
-    model.train(was_training)
-    metrics = {"nll" if config.likelihood == "classification" else "loss": total / n}
-    if config.likelihood == "classification":
-        metrics["accuracy"] = correct / n
-    return metrics
+    return evaluate_batches(
+        model,
+        loader,
+        lambda outputs, y: data_loss(outputs, y, config) * len(y),
+        classification=config.likelihood == "classification",
+        world=world,
+    )
 
 
 def _test_shard(loader: DataLoader, world: World) -> DataLoader:
@@ -299,11 +290,7 @@ class _FitRun(EpochRun):
             data = self.world.mean_share(data_loss(output, y, config), len(y), n_batch)
             prior_term = self.priors.penalty()
             loss = data + prior_term
-            self.check_loss(loss, x, prior_term=prior_term)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self.state.step += 1
+            self.take_step(loss, x, [self.optimizer], prior_term=prior_term)
             loss_sum += float(loss.detach()) * n_batch / size
             nll_sum += float(data.detach()) * n_batch / size
             counts = counts and y.ndim == output.ndim - 1  # not for soft labels

@@ -50,6 +50,7 @@ from ella.distributed import (
     sharded_batches,
 )
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
@@ -105,19 +106,13 @@ def evaluate(
     model: nn.Module, data: TensorDataset, batch_size: int = 500, world: World = ONE_PROCESS
 ) -> dict[str, float]:
     """Accuracy and mean negative log likelihood on ``data`` (in a data-parallel job each
-    process evaluates its shard and the sums are shared)."""
-    model.eval()
-    device = next(model.parameters()).device
-    data = world.subset(data)
-    correct, nll, n = 0, 0.0, 0
-    for x, y in DataLoader(data, batch_size=batch_size):
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
-        correct += int((logits.argmax(1) == y).sum())
-        nll += float(F.cross_entropy(logits, y, reduction="sum"))
-        n += len(y)
-    correct, nll, n = world.sum_values(correct, nll, n)
-    return {"accuracy": correct / n, "nll": nll / n}
+    process evaluates its shard and the sums are shared; :func:`evaluate_batches`)."""
+    batches = DataLoader(world.subset(data), batch_size=batch_size)
+    return evaluate_batches(model, batches, _summed_cross_entropy, world=world)
+
+
+def _summed_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, y, reduction="sum")
 
 
 @dataclass
@@ -316,15 +311,8 @@ class Trainer(EpochRun):
             loss = data_loss + prior_term
             if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
                 loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
-            self.check_loss(loss, x, prior_term=prior_term)
-            self.optimizer.zero_grad(set_to_none=True)
-            if cfg.invariance == "augerino":
-                self.eta_optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            if cfg.invariance == "augerino":
-                self.eta_optimizer.step()
-            self.state.step += 1
+            augerino = [self.eta_optimizer] if cfg.invariance == "augerino" else []
+            self.take_step(loss, x, [self.optimizer, *augerino], prior_term=prior_term)
             loss_sum += float(loss.detach()) * n_batch / world.size
             nll_sum += float(data_loss.detach()) * n_batch / world.size
             correct += int((logits.argmax(1) == y).sum())
