@@ -8,15 +8,16 @@ Subpackages:
     ella.marglik  the Laplace evidence of layer-wise priors
     ella.learner  ``PriorLearner``: learned priors in your own training loop
     ella.fit      the whole alternating job for your own model and DataLoader
+    ella.select   choose a learned run's paths by the evidence (``ella select``)
 """
 
 __version__ = "0.2.0"
-__all__ = ["FitConfig", "PriorLearner", "fit"]
+__all__ = ["FitConfig", "PriorLearner", "fit", "select"]
 
 
 def __getattr__(name: str):
-    """``ella.fit``, ``ella.FitConfig`` and ``ella.PriorLearner``, imported on first use
-    (``import ella`` stays light)."""
+    """``ella.fit``, ``ella.FitConfig``, ``ella.PriorLearner`` and ``ella.select``, imported on
+    first use (``import ella`` stays light)."""
     if name == "PriorLearner":
         from ella.learner import PriorLearner
 
@@ -25,4 +26,8 @@ def __getattr__(name: str):
         from ella.train import fit as fit_module
 
         return getattr(fit_module, name)
+    if name == "select":
+        from ella.selection import select
+
+        return select
     raise AttributeError(f"module 'ella' has no attribute {name!r}")

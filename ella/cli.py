@@ -1,5 +1,5 @@
-"""Command line: ``ella train``, ``ella ensemble``, ``ella report RUN_DIR [--symmetry GROUP]``
-and ``ella demo``."""
+"""Command line: ``ella train``, ``ella ensemble``, ``ella report RUN_DIR [--symmetry GROUP]``,
+``ella select RUN_DIR [--drop-only]`` and ``ella demo``."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     RESULTS,
     read_json,
-    run_lock,
 )
 from ella.system import configure_threads
 from ella.train.config import HELP, TrainConfig
@@ -99,17 +98,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         figures = [f.name for f in sorted(out.glob("*.png"))]
         print(f"run directory: {out} ({', '.join(['results.json', 'metrics.jsonl', *figures])})")
         if config.select_paths:
-            print_path_selection(out, config.select_epochs, config.data_dir, config.progress)
+            print()
+            print_selection(out, config.select_epochs, False, config.data_dir, config.progress)
     return 0
 
 
-def print_path_selection(run_dir: Path, epochs: int, data_dir, progress: bool = True) -> None:
-    """Select a learned run's paths (:func:`ella.pathdrop.select_paths`) and print them."""
-    from ella.pathdrop import format_path_selection, select_paths
+def print_selection(
+    run_dir: Path, epochs: int, drop_only: bool, data_dir, progress: bool = True
+) -> None:
+    """Select a learned run's paths (:func:`ella.selection.select`), print them and the
+    files written."""
+    from ella.selection import format_path_drops, format_path_selection, select
 
-    record = select_paths(run_dir, epochs, data_dir, progress)
-    print(f"\n{format_path_selection(record)}")
-    print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+    record = select(
+        run_dir, epochs=epochs, drop_only=drop_only, data_dir=data_dir, progress=progress
+    )
+    if drop_only:
+        print(format_path_drops(record))
+        print(f"written: {run_dir / PATH_DROPS}")
+    else:
+        print(format_path_selection(record))
+        print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+
+
+@reports_errors
+def cmd_select(args: argparse.Namespace) -> int:
+    """Choose the paths of a finished learned run by the Laplace evidence."""
+    if distributed.launched():
+        raise ConfigError("ella select runs in one process: run it without torchrun")
+    print_selection(Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress)
+    return 0
 
 
 @reports_errors
@@ -134,8 +152,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         for option, asked in (
             ("--symmetry", args.symmetry is not None),
             ("--path-outputs", args.path_outputs),
-            ("--drop-paths", args.drop_paths),
-            ("--select-paths", args.select_paths),
         ):
             if asked:
                 raise ConfigError(f"{option} measures runs of ella train, not ensembles")
@@ -143,20 +159,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
-    for option, asked in (
-        ("--path-outputs", args.path_outputs),
-        ("--drop-paths", args.drop_paths),
-        ("--select-paths", args.select_paths),
-    ):
-        if asked and not results["effective_parameters"]:
-            raise ConfigError(
-                f"{option} measures relaxed layers (FC/CONV/GCONV paths), and this run's "
-                f"model ({results.get('config', {}).get('model', '?')}) has none"
-            )
-    if args.drop_paths or args.select_paths:  # refused before any measurement
-        from ella.pathdrop import check_droppable
-
-        check_droppable(run_dir, args.drop_epochs)
+    if args.path_outputs and not results["effective_parameters"]:
+        raise ConfigError(
+            f"--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
+            f"model ({results.get('config', {}).get('model', '?')}) has none"
+        )
     try:
         print(format_table(results))
         if results.get("effective_parameters"):
@@ -177,17 +184,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
-    with run_lock(run_dir, take=args.select_paths or args.drop_paths):  # they train
-        if args.select_paths:  # first: its first round is --drop-paths, which then reuses it
-            print_path_selection(run_dir, args.drop_epochs, args.data_dir)
-        if args.drop_paths:
-            from ella.pathdrop import drop_each_path, format_path_drops
-
-            result = drop_each_path(args.run_dir, args.drop_epochs, args.data_dir)
-            print(f"\n{format_path_drops(result)}")
-            print(f"written: {Path(args.run_dir) / PATH_DROPS}")
-    if not args.select_paths and (run_dir / PATH_SELECTION).is_file():  # shown again
-        from ella.pathdrop import format_path_selection
+    if (run_dir / PATH_SELECTION).is_file():  # the last ella select, shown again
+        from ella.selection import format_path_selection
 
         record = read_json(run_dir / PATH_SELECTION, "path selection")
         if record.get("finished"):
@@ -255,6 +253,69 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+#: options ``ella report`` had before path selection became ``ella select``: each is refused
+#: with the command that replaces it
+MOVED_REPORT_OPTIONS: tuple[tuple[str, int | str, str], ...] = (
+    ("--select-paths", 0, "ella select RUN"),
+    ("--drop-paths", 0, "ella select RUN --drop-only"),
+    ("--drop-epochs", "?", "ella select RUN --epochs N"),
+)
+
+
+class MovedOption(argparse.Action):
+    """A hidden option that only says which command replaced it (argparse's usage error)."""
+
+    def __init__(self, option_strings: list[str], dest: str, moved: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
+        self.help = argparse.SUPPRESS
+        self.moved = moved
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(
+            f"{option_string} moved to its own command: ella report only reports, and "
+            f"selecting paths by the evidence trains candidate networks; use `{self.moved}`"
+        )
+
+
+def add_select_parser(sub: argparse._SubParsersAction) -> None:
+    """``ella select RUN_DIR [--drop-only] [--epochs N] [--data-dir DIR] [--no-progress]``."""
+    select = sub.add_parser(
+        "select",
+        help="choose the paths a learned run's network needs by the evidence (trains candidates)",
+        description="Choose the paths (FC, CONV, GCONV) a finished learned mixer needs by the "
+        "Laplace evidence: train on the network and, for each path, the network without it "
+        "(held at zero in every relaxed layer) for --epochs, each with the run's recipe, "
+        "and compare their evidence (exact GGN on all training images). By default greedily: "
+        "drop the path whose removal raises the evidence most, then again from that network, "
+        "until none does or one path is left; writes path_selection.json and the selected "
+        "network's weights, path_selection.pt. Resumable: a second call with the same "
+        "--epochs goes on where the first stopped. ella report RUN shows the selection again.",
+    )
+    select.add_argument(
+        "run_dir", help="a finished run directory of ella train with learned priors"
+    )
+    select.add_argument(
+        "--drop-only",
+        action="store_true",
+        help="one round only: the whole network and the network without each path, trained "
+        "on alike, and which paths the evidence would drop; writes path_drops.json",
+    )
+    select.add_argument(
+        "--epochs",
+        type=int,
+        default=20,
+        help="epochs of training on per candidate network (default 20)",
+    )
+    select.add_argument("--data-dir", default=None, help="data files, if moved since the run")
+    select.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a progress bar per candidate (default: on)",
+    )
+    select.set_defaults(func=cmd_select)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ella",
@@ -295,26 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure each relaxed layer's share of output power per path (FC, CONV, "
         "GCONV) on the run's test images; writes path_outputs.json",
     )
-    report.add_argument(
-        "--drop-paths",
-        action="store_true",
-        help="also ask the evidence which paths the network needs: drop each path from every "
-        "relaxed layer, train the rest on for --drop-epochs, compare the Laplace evidence "
-        "with the whole network's trained on alike; writes path_drops.json (resumable)",
-    )
-    report.add_argument(
-        "--select-paths",
-        action="store_true",
-        help="also select the paths the network needs, greedily: rounds of --drop-paths, each "
-        "dropping the path whose removal raises the evidence most, until none does; writes "
-        "path_selection.json and the selected network's weights, path_selection.pt (resumable)",
-    )
-    report.add_argument(
-        "--drop-epochs",
-        type=int,
-        default=20,
-        help="epochs of training on per candidate for --drop-paths and --select-paths (default 20)",
-    )
+    for option, nargs, moved in MOVED_REPORT_OPTIONS:
+        report.add_argument(option, nargs=nargs, action=MovedOption, moved=moved)
     report.add_argument(
         "--symmetry-images",
         type=int,
@@ -323,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     report.set_defaults(func=cmd_report)
+    add_select_parser(sub)
     demo = sub.add_parser("demo", help="tour of the relaxed-equivariant layers")
     demo.add_argument("--image-size", type=int, default=32, help="image side (default 32)")
     demo.add_argument("--channels", type=int, default=1, help="image channels (default 1)")

@@ -42,16 +42,17 @@ RESULTS = "results.json"
 LOCK = ".ella.lock"
 #: what ``ella report RUN --path-outputs`` writes into the run directory
 PATH_OUTPUTS = "path_outputs.json"
-#: what ``ella report RUN --drop-paths`` writes into the run directory
+#: what ``ella select RUN --drop-only`` writes into the run directory
 PATH_DROPS = "path_drops.json"
-#: what ``ella report RUN --select-paths`` writes: its rounds, and the selected network's
+#: what ``ella select RUN`` writes: its rounds, and the selected network's
 #: weights and log prior precisions (the winner of its last finished round)
 PATH_SELECTION = "path_selection.json"
 PATH_SELECTION_STATE = "path_selection.pt"
 #: the best candidate so far of a selection round in progress (removed when it finishes)
 PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
-#: outputs a run and ``ella report`` write besides config.json (removed by --overwrite);
-#: globs. A file not matched here counts as the user's, and --overwrite refuses the folder.
+#: outputs a run, ``ella report`` and ``ella select`` write besides config.json (removed by
+#: --overwrite); globs. A file not matched here counts as the user's, and --overwrite refuses
+#: the folder.
 RUN_OUTPUTS = (
     CHECKPOINT,
     METRICS,

@@ -1,13 +1,13 @@
 """How deep should a path reach? The evidence's answer layer by layer.
 
-Greedy path selection (``ella report RUN --select-paths``) drops a path from every layer
+Greedy path selection (``ella select RUN``) drops a path from every layer
 at once. The paper's narrative is finer: symmetry in the early layers, broken in the
 last ones. This asks it directly of a learned run: for k = 0, 1, ..., L it trains the run
 on for ``--epochs`` with ``--path`` at zero in its first k relaxed layers
-(:func:`ella.pathdrop.train_on`, k = 0 the control), and scores each with the Laplace
+(:func:`ella.selection.train_on`, k = 0 the control), and scores each with the Laplace
 evidence of the network it leaves (exact GGN, every group's precision at its optimum).
 The evidence's choice is the k with the highest evidence among the candidates that did
-not collapse (:func:`ella.pathdrop.collapsed`): the path is dropped from layers 1..k
+not collapse (:func:`ella.selection.collapsed`): the path is dropped from layers 1..k
 and kept after. ``--side output`` asks the mirror question, the path at zero in the last
 k layers (symmetry kept near the input, broken near the output: the question for the
 symmetric paths).
@@ -24,8 +24,8 @@ import argparse
 from pathlib import Path
 
 from ella.io import save_json
-from ella.pathdrop import check_droppable, collapsed, kept_their_fit, null_model, train_on
 from ella.rundir import RESULTS, read_json
+from ella.selection import check_selectable, collapsed, kept_their_fit, null_model, train_on
 from experiments._common import environment, write_markdown
 
 NAME = "path_depth"
@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--results-dir", required=True)
     args = parser.parse_args(argv)
     for run in args.runs:  # refused before any work: what cannot be dropped, no such path
-        if args.path not in check_droppable(run, args.epochs):
+        if args.path not in check_selectable(run, args.epochs):
             parser.error(f"{run} has no {args.path} path")
         relaxed_layers(run)  # an unfinished run has no results.json: its error, now
     out = Path(args.results_dir)

@@ -31,8 +31,8 @@ With ``--retrain-epochs E`` it also drops each path from every relaxed layer at 
 trains the rest on for ``E`` epochs (the run's recipe, its last prior precisions, the
 dropped weights held at zero), trains the whole mixture on the same way as the control,
 and compares their Laplace evidence: each kept group's precision at its optimum
-(:func:`ella.pathdrop.kept_log_evidence`), the dropped tensors left out; ``ella report
-RUN --drop-paths`` does the same for a user's run.
+(:func:`ella.marglik.kept_log_evidence`), the dropped tensors left out; ``ella select
+RUN --drop-only`` does the same for a user's run.
 
     python -m experiments.path_drop runs/mnist runs/rotated_mnist --data-dir ../shared/data
     python -m experiments.path_drop RUN --data-dir ../shared/data --retrain-epochs 5
@@ -52,10 +52,10 @@ from tqdm import tqdm
 
 from ella.choices import GGN, HessianStructure
 from ella.errors import ConfigError
-from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik import LaplaceEvidence, PriorStructure, tensor_terms
 from ella.marglik.laplace_internals import hessian_scale
 from ella.nn import PATH_NAMES
-from ella.pathdrop import relaxed_paths, tensor_terms, train_on_without
+from ella.selection import load_learned_run, relaxed_paths, train_on_without
 
 TERMS = ("occam", "scatter", "fit", "log_bayes_factor")
 
@@ -144,7 +144,6 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
     images (all by default; fewer are scaled to all, as subset evidence is) with the ``ggn``
     GGN, and the fit change measured on the same images (scaled the same way)."""
     from ella.learner import PriorLearner
-    from ella.pathdrop import load_learned_run
 
     run, log_prior = load_learned_run(run_dir, data_dir)
     x, y = run.data.train.tensors
@@ -173,7 +172,7 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
 
 
 def format_retrained(rows: list[dict]) -> str:
-    """A markdown table of :func:`ella.pathdrop.train_on_without`'s rows, the control first."""
+    """A markdown table of :func:`ella.selection.train_on_without`'s rows, the control first."""
     lines = [
         "| dropped from every layer | test accuracy | log evidence | against the mixture |",
         "|---|---:|---:|---:|",

@@ -5,7 +5,7 @@ grew and share out the effective parameters alike on every set
 (docs/research/0031-table3-cpu.md). This trains
 the same learned rows (the C4 FC+CONV+GCONV mixer at a Table 3 profile, one run per data
 set and seed, kept in ``--work-dir``) and then selects their paths greedily by the Laplace
-evidence, as ``ella report RUN --select-paths`` does (:func:`ella.pathdrop.select_paths`):
+evidence, as ``ella select RUN`` does (:func:`ella.selection.select_paths`):
 each round trains on, for ``--select-epochs``, the network as the round before left it and,
 for each path it still has, the same network with that path at zero in every layer, and
 drops the path whose removal raises the evidence most, until none does.
@@ -51,8 +51,8 @@ from benchmarks._runner import (
     write,
 )
 from ella.nn import PATH_NAMES
-from ella.pathdrop import kept_their_fit, select_paths
 from ella.rundir import CHECKPOINT, RESULTS, read_json
+from ella.selection import kept_their_fit, select_paths
 from ella.train import TrainConfig, train
 from experiments._common import EXPERIMENT_RESULTS, as_experiment
 
@@ -227,7 +227,7 @@ def markdown(payload: dict, table: Table) -> str:
         header_line(payload, f"--select-epochs {payload['select_epochs']}"),
         "",
         f"Each learned run ({table.about}) is followed by "
-        "`ella report RUN --select-paths`: rounds that train on the network and, for each of "
+        "`ella select RUN`: rounds that train on the network and, for each of "
         "its paths, the network without it, dropping the path whose removal raises the "
         "Laplace evidence (exact GGN, each kept group's precision at its optimum) most. "
         "'whole, trained on' is the first round's control; 'selected' the last round's winner.",

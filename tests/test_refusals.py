@@ -79,6 +79,12 @@ def _results_directory(run: Path) -> None:
     (run / "results.json").mkdir()
 
 
+def _unfinished_mixer(run: Path) -> None:
+    """A learned mixer's config (the run is an MLP's) without its results.json."""
+    _edit_json(run / "config.json", model="mixer", paths=["conv", "gconv"])
+    (run / "results.json").unlink()
+
+
 def _pickle_checkpoint(run: Path) -> None:
     class Payload:
         def __reduce__(self):
@@ -130,6 +136,16 @@ CASES = [
      [f"N up to {MAX_ROTATIONS}"]),
     ("a group that is no group", None, ["report", "RUN", "--symmetry", "C0"], 1,
      ["unknown group"]),
+    ("select on a network without paths", None, ["select", "RUN"], 1,
+     ["(--model mlp) has none", "ella train --model mixer"]),
+    ("select with no epochs", None, ["select", "RUN", "--epochs", "0"], 1,
+     ["ella select --epochs", "at least 1, got 0"]),
+    ("select on an unfinished run", _unfinished_mixer, ["select", "RUN"], 1,
+     ["the run is not finished", "--resume, then select"]),
+    ("report asked to select", None, ["report", "RUN", "--select-paths"], 2,
+     ["--select-paths moved", "use `ella select RUN`"]),
+    ("report asked to drop paths", None, ["report", "RUN", "--drop-paths", "--drop-epochs", "3"],
+     2, ["--drop-paths moved", "use `ella select RUN --drop-only`"]),
 ]  # fmt: skip
 
 

@@ -425,6 +425,7 @@ def test_report_on_an_ensemble_run(finished_ensemble, capsys):
     assert "de ensemble of 2 members" in capsys.readouterr().out
     refused(capsys, ["report", str(finished_ensemble), "--symmetry", "C4"], 1, "ensembles")
     refused(capsys, ["report", str(finished_ensemble), "--path-outputs"], 1, "ensembles")
+    refused(capsys, ["select", str(finished_ensemble)], 1, "is an ensemble run; ella select")
 
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04truncated"])

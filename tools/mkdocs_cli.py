@@ -52,7 +52,11 @@ def _section(name: str, parser: argparse.ArgumentParser) -> list[str]:
         lines += [_cell(parser.description), ""]
     lines += [f"```text\n{parser.format_usage().strip()}\n```", ""]
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        actions = [
+            a
+            for a in group._group_actions
+            if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS
+        ]
         if not actions:
             continue
         title = (group.title or "arguments").capitalize()

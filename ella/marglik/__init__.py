@@ -9,6 +9,7 @@ from ella.marglik.evidence import (
     UnsupportedModuleError,
     check_supported,
 )
+from ella.marglik.kept import kept_log_evidence, tensor_terms
 from ella.marglik.null import class_frequency_model
 from ella.marglik.priors import PriorMode, PriorStructure
 
@@ -24,5 +25,7 @@ __all__ = [
     "check_supported",
     "class_frequency_model",
     "effective_parameters",
+    "kept_log_evidence",
     "relative_effective",
+    "tensor_terms",
 ]

@@ -163,7 +163,7 @@ class TrainConfig(ScheduleConfig):
     # the final state validated better than the best-evidence one in all six runs of
     # docs/research/0005-report-the-final-state.md
     report_state: ReportedState = ReportedState.FINAL
-    # after training: greedy selection of the paths by the evidence (ella.pathdrop)
+    # after training: greedy selection of the paths by the evidence (ella.selection)
     select_paths: bool = option(False, defines_run=False)
     select_epochs: int = option(20, minimum=1, defines_run=False)
     # run
@@ -232,7 +232,7 @@ class TrainConfig(ScheduleConfig):
             self._check_selectable()
 
     def _check_selectable(self) -> None:
-        """What ``--select-paths`` needs (:func:`ella.pathdrop.check_droppable` for a run)."""
+        """What ``--select-paths`` needs (:func:`ella.selection.check_selectable` for a run)."""
         if not self.learn_priors:
             raise ConfigError("--select-paths needs learned priors; drop --no-learn-priors")
         if self.prior_mean != "zero":
@@ -313,7 +313,7 @@ HELP: dict[str, str] = {
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
     "select_paths": "after training, select the paths by the evidence, greedily: drop each "
     "path from every layer, train on for --select-epochs, drop the one whose removal raises "
-    "the Laplace evidence most, repeat until none does (ella report RUN --select-paths; "
+    "the Laplace evidence most, repeat until none does (ella select RUN; "
     "writes path_selection.json and the selected network, path_selection.pt)",
     "select_epochs": "--select-paths: epochs of training on per candidate",
     "report_state": "learned priors: which weights the run reports and saves as its model: "

@@ -12,7 +12,7 @@ from ella.errors import ConfigError, RunDirectoryError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from experiments import path_drop
 from tests.marglik.test_evidence import blr_log_evidence
-from tests.test_pathdrop import TwoBlocks, orthogonal_regression
+from tests.marglik.test_kept import TwoBlocks, orthogonal_regression
 from tests.train.test_loop import tiny_config
 
 

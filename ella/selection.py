@@ -11,21 +11,25 @@ Neural Computation 1992), with one candidate model per path of the run:
    layer (held there), trained on the same way.
 
 Each is trained with the run's own recipe and last prior precisions. Each gets the Laplace
-log evidence of the tensors it keeps (:func:`kept_log_evidence`: exact GGN on all training
-images, every kept group's precision at its optimum). A path whose removal raises the
-evidence above the control's is one the data does not ask for. On 5000 images
+log evidence of the tensors it keeps (:func:`ella.marglik.kept_log_evidence`: exact GGN on
+all training images, every kept group's precision at its optimum). A path whose removal
+raises the evidence above the control's is one the data does not ask for. On 5000 images
 (``docs/research/0017-dropping-a-path.md``), dropping CONV from a CONV+GCONV mixer
 and training 20 epochs raised the evidence by about 9000 nats on rotated MNIST and
 lowered it by about the same on MNIST, at two seeds. With the FC path as well, the
 answer was not settled: seed 0 kept all three paths on both sets, seed 1 dropped CONV on
 both.
 
-``ella report RUN --drop-paths`` runs it and writes ``path_drops.json`` into the run
-directory after every candidate, so an interrupted call resumes where it stopped.
-
-:func:`select_paths` (``ella report RUN --select-paths``) repeats it greedily: a round of
+:func:`select` (``ella select RUN``) repeats it greedily (:func:`select_paths`): a round of
 candidates as above, then the same from the winner, until the control wins or one path is
 left (backward elimination by the evidence). It keeps the selected network's weights.
+``ella select RUN --drop-only`` runs the one round (:func:`drop_each_path`). Both write
+their record into the run directory after every candidate, so an interrupted call resumes
+where it stopped. ``ella train --select-paths`` selects after training.
+
+The selection works on run directories of ``ella train``: it trains each candidate with
+the run's :class:`~ella.train.loop.Trainer`. It sits above ``ella.train`` and is not
+imported by it; ``ella report`` reads the record it leaves (:func:`format_path_selection`).
 """
 
 from __future__ import annotations
@@ -34,18 +38,21 @@ import copy
 import dataclasses
 import tempfile
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ella.choices import GGN, PriorMean
 from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
-from ella.marglik import LaplaceEvidence, PriorStructure, class_frequency_model
+from ella.learner import PriorLearner
+from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
 from ella.nn import PATH_NAMES
+from ella.report import mean_shares
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -53,18 +60,27 @@ from ella.rundir import (
     PATH_SELECTION,
     PATH_SELECTION_CANDIDATE,
     PATH_SELECTION_STATE,
+    RESULTS,
     read_json,
+    run_lock,
 )
+from ella.train.loop import Trainer, evaluate
+from ella.train.runs import TrainedRun, load_run
 
 __all__ = [
-    "check_droppable",
+    "CONTROL",
+    "KEPT_FIT",
+    "check_selectable",
     "collapsed",
     "drop_each_path",
     "format_path_drops",
     "format_path_selection",
-    "kept_log_evidence",
+    "kept_their_fit",
+    "load_learned_run",
+    "null_model",
+    "relaxed_paths",
+    "select",
     "select_paths",
-    "tensor_terms",
     "train_on",
     "train_on_without",
 ]
@@ -73,63 +89,78 @@ __all__ = [
 CONTROL = "none"
 
 
-def tensor_terms(
-    evidence: LaplaceEvidence, log_prior_precision: torch.Tensor
-) -> list[dict[str, float]]:
-    """Per parameter tensor ``t`` of a Kronecker-factored evidence, the two Occam terms:
-    ``"occam"``, ``1/2 sum_i log(1 + h lambda_i / delta_t)`` over the eigenvalues of its GGN
-    block, and ``"scatter"``, ``1/2 delta_t ||theta_t - mu_t||^2``."""
-    la = evidence.laplace
-    delta = evidence.prior.expand(log_prior_precision.detach().exp()).tolist()
-    sizes = [int(n) for n in evidence.prior.numels]
-    with torch.no_grad():
-        d = (la.mean - la.prior_mean).detach()
-        parts = zip(torch.split(d, sizes), evidence.block_eigenvalues(), delta, strict=True)
-        return [
-            {
-                "occam": 0.5 * float(torch.log1p(lam / delta_t).sum()),
-                "scatter": 0.5 * delta_t * float(d_t @ d_t),
-            }
-            for d_t, lam, delta_t in parts
-        ]
+def select(
+    run: str | Path,
+    *,
+    epochs: int = 20,
+    drop_only: bool = False,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict:
+    """Choose the paths of a learned ``ella train`` run by the Laplace evidence.
 
+    ``ella select RUN`` in Python. Greedy backward selection (:func:`select_paths`): each
+    round trains on the network and, for each path it still has, the network without it,
+    and drops the path whose removal raises the evidence most, until none does. With
+    ``drop_only``, the first round alone (:func:`drop_each_path`). Everything is refused
+    before any work (:func:`check_selectable`), and the run directory is held
+    (:func:`ella.rundir.run_lock`) while the candidates train.
 
-def kept_log_evidence(
-    evidence: LaplaceEvidence, dropped: Sequence[bool], log_prior: torch.Tensor | None = None
-) -> float:
-    """The Laplace log evidence of the network without the ``dropped`` tensors.
+    Args:
+        run: the run directory of a finished ``ella train`` run with learned priors
+            centred at zero, a mixer of two or more paths.
+        epochs: epochs of training on per candidate, with the run's recipe.
+        drop_only: one round only (the network without each path against the whole one),
+            recorded in ``path_drops.json``; else the greedy selection, recorded in
+            ``path_selection.json`` with the selected network's weights in
+            ``path_selection.pt``. A later call with the same ``epochs`` resumes from them.
+        data_dir: the run's data files, if moved since the run.
+        progress: a progress bar per candidate.
 
-    One flag per parameter tensor of ``evidence.prior``. The evidence is taken at the
-    fitted weights, with each group's prior precision at its optimum
-    (:meth:`~ella.marglik.LaplaceEvidence.optimal_log_prior`; the groups separate):
-    ``log p(D | theta) - sum_(t kept) (occam_t + scatter_t)``, the terms of
-    :func:`tensor_terms`. ``log_prior``: that optimum, if already computed.
+    Returns:
+        With ``drop_only``: ``{"epochs", "rows"}`` (:func:`drop_each_path`); else the
+        selection record ``{"epochs", "paths", "null", "rounds", "kept", "finished"}``
+        (:func:`select_paths`), ``kept`` the selected paths. :func:`format_path_drops` and
+        :func:`format_path_selection` print them as tables.
+
+    Raises:
+        TypeError: ``run`` is a model, not a run directory. Selection for your own model
+            and loaders (``ella.fit``) is not available: each candidate is trained with the
+            recipe a run directory records.
+        ConfigError, RunDirectoryError: as :func:`check_selectable`.
     """
-    if log_prior is None:
-        log_prior = evidence.optimal_log_prior()
-    total = float(evidence.terms(log_prior)["log_likelihood"])
-    for drop, terms in zip(dropped, tensor_terms(evidence, log_prior), strict=True):
-        if not drop:
-            total -= terms["occam"] + terms["scatter"]
-    return total
+    if isinstance(run, nn.Module):
+        raise TypeError(
+            "ella.select takes the run directory of an ella train run, not a model: selection "
+            "trains each candidate with the recipe the run directory records, which a model "
+            "and its loaders do not carry; train your network with ella train (or "
+            "ella.train.train) and pass its run directory"
+        )
+    if drop_only:
+        return drop_each_path(run, epochs, data_dir, progress)
+    return select_paths(run, epochs, data_dir, progress)
 
 
 def _refuse_unless_learned(run_dir: str | Path, learn_priors: bool, prior_mean: str) -> None:
     """Refuse a MAP run and a run whose prior is not centred at zero."""
     if not learn_priors:
-        raise RunDirectoryError(f"{run_dir} is a MAP run: give a run with learned priors")
+        raise RunDirectoryError(
+            f"{run_dir} is a MAP run (--no-learn-priors): ella select needs a run with learned "
+            "priors"
+        )
     if prior_mean != PriorMean.ZERO:
         raise ConfigError(
             "dropping a path sets its weights to zero, and this run's prior is centred at "
-            "its initial weights (--prior-mean init)"
+            "its initial weights (--prior-mean init): select on a run trained with "
+            "--prior-mean zero"
         )
 
 
-def load_learned_run(run_dir: str | Path, data_dir: str | Path | None = None):
+def load_learned_run(
+    run_dir: str | Path, data_dir: str | Path | None = None
+) -> tuple[TrainedRun, torch.Tensor]:
     """A run with learned priors centred at zero (:func:`ella.train.runs.load_run`) and its
     last log prior precisions; other runs are refused with the reason."""
-    from ella.train.runs import load_run
-
     run = load_run(run_dir, data_dir)
     _refuse_unless_learned(run_dir, run.config.learn_priors, run.config.prior_mean)
     return run, load_torch(Path(run_dir) / CHECKPOINT)["log_prior"]
@@ -141,23 +172,54 @@ def relaxed_paths(run_dir: str | Path) -> list[str]:
     return [p for p in PATH_NAMES if p in paths]
 
 
-def check_droppable(run_dir: str | Path, epochs: int) -> list[str]:
-    """Refuse, before any work, what :func:`drop_each_path` cannot do; return the paths.
+def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
+    """Refuse, before any work, what :func:`drop_each_path` and :func:`select_paths` cannot
+    do; return the run's paths.
 
     Raises:
-        ConfigError: ``epochs`` below 1, a mixer of one path, or a prior centred at the
-            initial weights.
-        RunDirectoryError: a MAP run, or no config.json.
+        ConfigError: ``epochs`` below 1, a model other than the mixer, a mixer of one path,
+            a learned input invariance, or a prior centred at the initial weights.
+        RunDirectoryError: no config.json, an ensemble run, a MAP run, or an unfinished run
+            (no results.json).
+        CheckpointError: a config.json that cannot be read.
     """
     if epochs < 1:
-        raise ConfigError(f"--drop-epochs must be at least 1, got {epochs}")
-    config = read_json(Path(run_dir) / CONFIG, "run's configuration")
+        raise ConfigError(
+            f"epochs per candidate (ella select --epochs) must be at least 1, got {epochs}"
+        )
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG).is_file():
+        raise RunDirectoryError(f"no {CONFIG} in {run_dir}; is it a run directory of ella train?")
+    config = read_json(run_dir / CONFIG, "run's configuration")
+    if "members" in config:
+        raise RunDirectoryError(
+            f"{run_dir} is an ensemble run; ella select chooses the paths of a run of ella train"
+        )
     learn, mean = config.get("learn_priors", False), config.get("prior_mean", PriorMean.ZERO)
     _refuse_unless_learned(run_dir, learn, mean)
+    model = config.get("model", "mixer")
+    if model != "mixer":
+        raise ConfigError(
+            f"ella select chooses among the paths (FC, CONV, GCONV) of a mixer's relaxed "
+            f"layers, and this run's model (--model {model}) has none: select on a run of "
+            "ella train --model mixer"
+        )
+    invariance = config.get("invariance", "none")
+    if invariance != "none":
+        raise ConfigError(
+            f"this run learned an input invariance (--invariance {invariance}); ella select "
+            "is for networks without --invariance"
+        )
     paths = relaxed_paths(run_dir)
     if len(paths) < 2:
         raise ConfigError(
-            f"dropping a path needs a mixer of two or more paths; this run has {paths or 'none'}"
+            f"dropping a path needs a mixer of two or more paths; this run has "
+            f"{paths or 'none'} (train with --paths fc conv gconv, or two of them)"
+        )
+    if not (run_dir / RESULTS).is_file():
+        raise RunDirectoryError(
+            f"no {RESULTS} in {run_dir}: the run is not finished; finish it with "
+            f"ella train --out {run_dir} --resume, then select"
         )
     return paths
 
@@ -186,17 +248,13 @@ def train_on(
             :func:`select_paths`).
 
     Returns:
-        ``(row, end)``. ``row``: ``{"dropped", "kept", "test_accuracy", "test_nll",
+        ``(row, end)``. ``row``: ``{"kept", "test_accuracy", "test_nll",
         "log_evidence", "log_likelihood", "shares", "seconds"}``, the evidence being
-        :func:`kept_log_evidence` (exact GGN, all training images) and the shares
-        :func:`ella.report.mean_shares` at its optimal precisions. ``end``:
+        :func:`~ella.marglik.kept_log_evidence` (exact GGN, all training images) and the
+        shares :func:`ella.report.mean_shares` at its optimal precisions. ``end``:
         ``{"model", "log_prior"}``, the weights trained on and those optimal log
         precisions, for a next round.
     """
-    from ella.learner import PriorLearner
-    from ella.report import mean_shares
-    from ella.train.loop import Trainer, evaluate
-
     began = time.perf_counter()
     run, log_prior = load_learned_run(run_dir, data_dir)
     state = run.net.state_dict()
@@ -260,38 +318,40 @@ def drop_each_path(
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
-    """:func:`train_on_without` for the control and for each path of a learned mixer.
+    """:func:`train_on_without` for the control and for each path of a learned mixer
+    (``ella select RUN --drop-only``).
 
-    Writes ``path_drops.json`` into ``run_dir`` after every candidate and reuses the
-    candidates of an earlier call with the same ``epochs`` found there, and those of the
-    first round of a path selection with the same ``epochs`` (:func:`select_paths`
-    trains the same candidates in its first round: the control and each path dropped,
-    from the run itself).
+    Holds the run directory (:func:`ella.rundir.run_lock`). Writes ``path_drops.json`` into
+    ``run_dir`` after every candidate and reuses the candidates of an earlier call with the
+    same ``epochs`` found there, and those of the first round of a path selection with the
+    same ``epochs`` (:func:`select_paths` trains the same candidates in its first round:
+    the control and each path dropped, from the run itself).
 
     Returns:
         ``{"epochs": epochs, "rows": [...]}``, the control first.
 
     Raises:
-        ConfigError, RunDirectoryError: as :func:`check_droppable`.
+        ConfigError, RunDirectoryError: as :func:`check_selectable`.
     """
-    paths = check_droppable(run_dir, epochs)
-    path = Path(run_dir) / PATH_DROPS
-    done: dict[str, dict] = {}
-    selection = Path(run_dir) / PATH_SELECTION
-    if selection.is_file():
-        earlier = read_json(selection, "earlier path selection")
-        if earlier.get("epochs") == epochs and earlier.get("rounds"):
-            done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
-    if path.is_file():
-        earlier = read_json(path, "earlier path drops")
-        if earlier.get("epochs") == epochs:
-            done.update({row["dropped"]: row for row in earlier.get("rows", [])})
-    rows = []
-    for drop in [None, *paths]:
-        key = drop or CONTROL
-        row = done.get(key) or train_on_without(run_dir, drop, epochs, data_dir, progress)
-        rows.append(row)
-        save_json({"epochs": epochs, "rows": rows}, path)
+    paths = check_selectable(run_dir, epochs)
+    with run_lock(Path(run_dir)):
+        path = Path(run_dir) / PATH_DROPS
+        done: dict[str, dict] = {}
+        selection = Path(run_dir) / PATH_SELECTION
+        if selection.is_file():
+            earlier = read_json(selection, "earlier path selection")
+            if earlier.get("epochs") == epochs and earlier.get("rounds"):
+                done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
+        if path.is_file():
+            earlier = read_json(path, "earlier path drops")
+            if earlier.get("epochs") == epochs:
+                done.update({row["dropped"]: row for row in earlier.get("rows", [])})
+        rows = []
+        for drop in [None, *paths]:
+            key = drop or CONTROL
+            row = done.get(key) or train_on_without(run_dir, drop, epochs, data_dir, progress)
+            rows.append(row)
+            save_json({"epochs": epochs, "rows": rows}, path)
     return {"epochs": epochs, "rows": rows}
 
 
@@ -320,9 +380,7 @@ def kept_their_fit(rows: list[dict], null: dict) -> list[dict]:
 
 
 def null_model(run_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, float]:
-    """:func:`class_frequency_model` of a run's training labels."""
-    from ella.train.runs import load_run
-
+    """:func:`~ella.marglik.class_frequency_model` of a run's training labels."""
     data = load_run(run_dir, data_dir).data
     return class_frequency_model(data.train.tensors[1], data.num_classes)
 
@@ -333,25 +391,26 @@ def select_paths(
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
-    """Greedy backward selection of a learned mixer's paths by the Laplace evidence.
+    """Greedy backward selection of a learned mixer's paths by the Laplace evidence
+    (``ella select RUN``).
 
     Each round trains on, for ``epochs``, the network as the round before left it (the
     control) and, for each path it still has, the same network with that path at zero too
-    (:func:`train_on`). If a candidate's :func:`kept_log_evidence` beats every other and the
-    control's, its path is dropped and its trained weights start the next round; the
-    selection ends when the control wins or one path is left. The first round starts
-    from the run and its last prior precisions, each later one from the winner's weights
-    and its evidence-optimal precisions. Round 1 is :func:`drop_each_path`.
+    (:func:`train_on`). If a candidate's :func:`~ella.marglik.kept_log_evidence` beats every
+    other and the control's, its path is dropped and its trained weights start the next
+    round; the selection ends when the control wins or one path is left. The first round
+    starts from the run and its last prior precisions, each later one from the winner's
+    weights and its evidence-optimal precisions. Round 1 is :func:`drop_each_path`.
 
     A candidate that has :func:`collapsed` (kept less than half of the control's fit gain
     over the class frequencies) cannot win: its evidence prices a network that predicts
-    nearly the same for every image, not its paths. The record keeps the class-frequency model
-    (:func:`class_frequency_model`) to compare every evidence with.
+    nearly the same for every image, not its paths. The record keeps the class-frequency
+    model (:func:`~ella.marglik.class_frequency_model`) to compare every evidence with.
 
-    Writes ``path_selection.json`` after every candidate and the winner of every finished
-    round, the selected network at the end, to ``path_selection.pt``
-    (``{"model", "log_prior", "kept"}``; load it with :func:`ella.io.load_torch`). A call
-    with the same ``epochs`` resumes from both.
+    Holds the run directory (:func:`ella.rundir.run_lock`). Writes ``path_selection.json``
+    after every candidate and the winner of every finished round, the selected network at
+    the end, to ``path_selection.pt`` (``{"model", "log_prior", "kept"}``; load it with
+    :func:`ella.io.load_torch`). A call with the same ``epochs`` resumes from both.
 
     Returns:
         ``{"epochs", "paths", "null", "rounds": [{"kept", "rows", "winner"}], "kept",
@@ -359,10 +418,18 @@ def select_paths(
         ``null`` the class-frequency model.
 
     Raises:
-        ConfigError, RunDirectoryError: as :func:`check_droppable`.
+        ConfigError, RunDirectoryError: as :func:`check_selectable`.
     """
-    paths = check_droppable(run_dir, epochs)
+    paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        return _select_paths(run_dir, paths, epochs, data_dir, progress)
+
+
+def _select_paths(
+    run_dir: Path, paths: list[str], epochs: int, data_dir: str | Path | None, progress: bool
+) -> dict:
+    """:func:`select_paths` once the run is checked and held."""
     record_file = run_dir / PATH_SELECTION
     winner_file, candidate_file = run_dir / PATH_SELECTION_STATE, run_dir / PATH_SELECTION_CANDIDATE
     record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}

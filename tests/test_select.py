@@ -1,0 +1,351 @@
+"""ella.selection (``ella select``): the candidates, their files, resuming and the tables,
+with fake candidates; the runs that train are in tests/test_select_runs.py."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import ella
+from ella import selection
+from ella.cli import main
+from ella.errors import ConfigError, RunDirectoryError
+from ella.io import load_torch
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_STATE,
+    holds_run,
+)
+
+
+def write_config(directory, finished=True, **values):
+    """A run directory with a config.json of ``values`` over a learned FC+CONV+GCONV mixer
+    and, where ``finished``, a results.json: enough for the checks (candidates are fakes)."""
+    directory.mkdir()
+    config = {"learn_priors": True, "prior_mean": "zero", "paths": ["fc", "conv", "gconv"]}
+    (directory / "config.json").write_text(json.dumps({**config, **values}))
+    if finished:
+        (directory / "results.json").write_text("{}")
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("values", "epochs", "error", "match"),
+    [
+        ({"learn_priors": False}, 5, RunDirectoryError, "MAP run"),
+        ({"paths": ["gconv"]}, 5, ConfigError, "two or more paths"),
+        ({"prior_mean": "init"}, 5, ConfigError, "prior-mean init"),
+        ({}, 0, ConfigError, "ella select --epochs"),
+        ({"model": "cnn"}, 5, ConfigError, "--model mixer"),
+        ({"invariance": "learned"}, 5, ConfigError, "without --invariance"),
+        ({"members": 2}, 5, RunDirectoryError, "ensemble run"),
+        ({"finished": False}, 5, RunDirectoryError, "ella train --out .* --resume"),
+    ],
+)
+@pytest.mark.parametrize("drop_only", [False, True])
+def test_select_refuses_what_it_cannot_select_before_any_work(
+    tmp_path, monkeypatch, values, epochs, error, match, drop_only
+):
+    run = write_config(tmp_path / "run", **values)
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=0))
+    with pytest.raises(error, match=match):
+        selection.select(run, epochs=epochs, drop_only=drop_only)
+    assert {p.name for p in run.iterdir()} <= {"config.json", "results.json"}  # no work
+
+
+def test_select_takes_a_run_directory_not_a_model():
+    with pytest.raises(TypeError, match="pass its run directory"):
+        ella.select(nn.Linear(2, 2))
+
+
+def test_drop_each_path_saves_every_candidate_and_resumes(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run", paths=["conv", "gconv"])
+    evidence = {None: -100.0, "conv": -90.0, "gconv": -130.0}
+    calls = []
+
+    def fake(run_dir, drop, epochs, data_dir=None, progress=False):
+        calls.append(drop)
+        if drop == "gconv" and len(calls) == 3:
+            raise KeyboardInterrupt  # interrupted at the last candidate
+        return {"dropped": drop or "none", "test_accuracy": 0.5, "log_evidence": evidence[drop]}
+
+    monkeypatch.setattr(selection, "train_on_without", fake)
+    with pytest.raises(KeyboardInterrupt):
+        selection.drop_each_path(run, 3)
+    saved = json.loads((run / PATH_DROPS).read_text())
+    assert [r["dropped"] for r in saved["rows"]] == ["none", "conv"]
+    result = selection.drop_each_path(run, 3)  # only gconv is trained again
+    assert calls == [None, "conv", "gconv", "gconv"]
+    assert [r["dropped"] for r in result["rows"]] == ["none", "conv", "gconv"]
+    selection.drop_each_path(run, 4)  # other epochs: nothing reused
+    assert calls[4:] == [None, "conv", "gconv"]
+    text = selection.format_path_drops(result)
+    assert "the evidence would drop: CONV (most: CONV, +10 nats)" in text
+    assert "\ngconv           50.00         -130.0       -30.0\n" in text
+    assert holds_run(run)  # path_drops.json counts as a run output
+
+
+def test_format_path_drops_says_when_every_path_is_kept():
+    rows = [
+        {"dropped": "none", "test_accuracy": 0.9, "log_evidence": -10.0},
+        {"dropped": "conv", "test_accuracy": 0.8, "log_evidence": -20.0},
+    ]
+    text = selection.format_path_drops({"epochs": 2, "rows": rows})
+    assert text.endswith("the evidence keeps every path")
+
+
+#: the log evidence a fake candidate gets, by the paths it has at zero
+SELECTION_EVIDENCE = {
+    (): -100.0,
+    ("fc",): -90.0,
+    ("conv",): -95.0,
+    ("gconv",): -120.0,
+    ("conv", "fc"): -80.0,
+    ("fc", "gconv"): -110.0,
+}
+
+
+#: the class-frequency model of the fake runs
+NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
+
+
+@pytest.fixture(autouse=True)
+def fake_null_model(monkeypatch):
+    """The fake runs have no data: their class-frequency model is ``NULL``."""
+    monkeypatch.setattr(selection, "null_model", lambda run_dir, data_dir=None: NULL)
+
+
+def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelihood=None):
+    """A :func:`ella.selection.train_on` that records ``(dropped, start weight)`` per call and
+    returns the weight it ends with, a number unique to the call; the training log
+    likelihood is ``likelihood[dropped]``, else -10."""
+
+    def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None):
+        if interrupt_at is not None and len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        weight = None if start is None else float(start["model"]["w"])
+        calls.append((tuple(sorted(dropped)), weight))
+        kept = [p for p in selection.relaxed_paths(run_dir) if p not in dropped]
+        row = {
+            "kept": kept,
+            "test_accuracy": 0.5,
+            "test_nll": 1.0,
+            "log_evidence": evidence[tuple(sorted(dropped))],
+            "log_likelihood": (likelihood or {}).get(tuple(sorted(dropped)), -10.0),
+            "shares": {p: 100.0 / len(kept) for p in kept},
+        }
+        end = {"model": {"w": torch.tensor(float(len(calls)))}, "log_prior": torch.zeros(3)}
+        return row, end
+
+    return train_on
+
+
+def test_select_paths_drops_greedily_and_starts_each_round_from_the_winner(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls))
+    record = selection.select_paths(run, 3)
+    # round 1 from the run; FC wins (call 2); round 2 from its weights; CONV wins (call 6)
+    assert calls == [
+        ((), None),
+        (("fc",), None),
+        (("conv",), None),
+        (("gconv",), None),
+        (("fc",), 2.0),
+        (("conv", "fc"), 2.0),
+        (("fc", "gconv"), 2.0),
+    ]
+    assert [r["winner"] for r in record["rounds"]] == ["fc", "conv"]
+    assert record["kept"] == ["gconv"] and record["finished"]
+    selected = load_torch(run / PATH_SELECTION_STATE)
+    assert float(selected["model"]["w"]) == 6.0 and selected["kept"] == ["gconv"]
+    assert not (run / PATH_SELECTION_CANDIDATE).exists()
+    text = selection.format_path_selection(record)
+    assert "round 2 (network CONV+GCONV):" in text and "the evidence drops CONV" in text
+    assert "selected: GCONV; test accuracy 50.00% (the whole network trained on alike: " in text
+    assert "log evidence -80.0 (+20.0)" in text
+    assert holds_run(run)
+
+
+def test_drop_each_path_reuses_the_first_round_of_a_selection(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    record = selection.select_paths(run, 3)
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("a candidate of the selection's first round was trained again")
+
+    monkeypatch.setattr(selection, "train_on_without", not_again)
+    result = selection.drop_each_path(run, 3)
+    assert result["rows"] == record["rounds"][0]["rows"]
+    trained = []
+    monkeypatch.setattr(
+        selection,
+        "train_on_without",
+        lambda run_dir, drop, epochs, data_dir=None, progress=False: (
+            trained.append(drop) or {"dropped": drop or "none", "log_evidence": -1.0}
+        ),
+    )
+    selection.drop_each_path(run, 4)  # other epochs than the selection's: trained
+    assert trained == [None, "fc", "conv", "gconv"]
+
+
+def test_select_paths_resumes_within_a_round(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, interrupt_at=6))
+    with pytest.raises(KeyboardInterrupt):  # after round 2's control and CONV candidate
+        selection.select_paths(run, 3)
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls))
+    record = selection.select_paths(run, 3)
+    assert calls[6:] == [(("fc", "gconv"), 2.0)]  # the round's start read back from the file
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 6.0
+    assert record["kept"] == ["gconv"]
+    assert selection.select_paths(run, 3) == record and len(calls) == 7  # finished: no work
+    selection.select_paths(run, 4)  # other epochs: started afresh
+    assert len(calls) == 14
+
+
+def test_select_paths_starts_a_round_again_without_its_best_weights(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        selection.select_paths(run, 3)
+    (run / PATH_SELECTION_CANDIDATE).unlink()
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls))
+    selection.select_paths(run, 3)
+    assert calls[2:6] == [((), None), (("fc",), None), (("conv",), None), (("gconv",), None)]
+
+
+def test_select_paths_stops_when_the_control_wins(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run", paths=["conv", "gconv"])
+    calls = []
+    evidence = {(): -10.0, ("conv",): -20.0, ("gconv",): -30.0}
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, evidence=evidence))
+    record = selection.select_paths(run, 2)
+    assert len(calls) == 3 and record["kept"] == ["conv", "gconv"]
+    assert [r["winner"] for r in record["rounds"]] == ["none"]
+    assert "the evidence keeps every path" in selection.format_path_selection(record)
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 1.0
+
+
+def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    calls = []
+    # round 2's best candidate, CONV and FC at zero, keeps 40% of its control's (FC at zero)
+    # gain over the class frequencies, 0.4 * 990: it has collapsed
+    likelihood = {("fc",): -10.0, ("conv", "fc"): NULL["log_likelihood"] + 0.4 * 990}
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, likelihood=likelihood))
+    record = selection.select_paths(run, 3)
+    assert [r["winner"] for r in record["rounds"]] == ["fc", "none"]
+    assert record["kept"] == ["conv", "gconv"] and record["null"] == NULL
+    assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 5.0  # round 2's control
+    text = selection.format_path_selection(record)
+    assert "-80.0       +10.0  0/0/100  collapsed" in text
+    assert "uniform Dirichlet prior): log evidence -1010.0" in text
+    assert "prefers the class frequencies" not in text  # -90 > -1010
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"learn_priors": False}, "needs learned priors"),
+        ({"prior_mean": "init"}, "--prior-mean zero"),
+        ({"paths": ("gconv",)}, "two or more --paths"),
+        ({"model": "cnn"}, "--model mixer"),
+    ],
+)
+def test_train_select_paths_refuses_what_it_cannot_select_before_any_work(values, match):
+    from ella.train import TrainConfig
+
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig(select_paths=True, **values)
+    TrainConfig(select_paths=False, **values)  # without --select-paths each is a valid run
+
+
+def test_collapsed_is_less_than_half_of_the_controls_gain_over_the_class_frequencies():
+    null, control = {"log_likelihood": -2300.0}, {"log_likelihood": -300.0}  # gain 2000
+    assert not selection.collapsed({"log_likelihood": -1300.0}, control, null)  # keeps 1000
+    assert selection.collapsed({"log_likelihood": -1301.0}, control, null)
+    assert selection.collapsed({"log_likelihood": -2300.0}, control, null)
+    assert not selection.collapsed({"log_likelihood": -100.0}, control, null)  # fits better
+
+
+def test_select_command_prints_the_selection_and_the_drops(tmp_path, monkeypatch, capsys):
+    run = write_config(tmp_path / "run")
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls))
+    assert main(["select", str(run), "--epochs", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "round 2 (network CONV+GCONV):" in out and "\nselected: GCONV;" in out
+    assert f"written: {run / PATH_SELECTION}, {run / PATH_SELECTION_STATE}" in out
+    assert main(["select", str(run), "--epochs", "3", "--drop-only"]) == 0  # round 1 reused
+    out = capsys.readouterr().out
+    assert out.startswith("path drops: each path at zero") and len(calls) == 7
+    assert "the evidence would drop: FC, CONV (most: FC, +10 nats)" in out
+    assert f"written: {run / PATH_DROPS}" in out
+    assert not (run / ".ella.lock").exists()  # held while it ran, released after
+
+
+def test_select_command_holds_the_run_directory(tmp_path, monkeypatch, capsys):
+    from ella.rundir import run_lock
+
+    run = write_config(tmp_path / "run")
+    held = []
+
+    def train_on(run_dir, dropped, *args, **kwargs):
+        held.append((run_dir / ".ella.lock").is_file())
+        return fake_train_on([])(run_dir, dropped, *args, **kwargs)
+
+    monkeypatch.setattr(selection, "train_on", train_on)
+    assert main(["select", str(run), "--epochs", "3"]) == 0
+    assert held and all(held)
+    capsys.readouterr()
+    with run_lock(run):  # nests in this process: ella train --select-paths holds it already
+        selection.select(run, epochs=3)
+
+
+@pytest.mark.parametrize(
+    ("option", "replacement"),
+    [
+        (["--select-paths"], "use `ella select RUN`"),
+        (["--drop-paths"], "use `ella select RUN --drop-only`"),
+        (["--drop-epochs", "5"], "use `ella select RUN --epochs N`"),
+    ],
+)
+def test_report_refuses_the_selection_options_naming_ella_select(
+    tmp_path, capsys, option, replacement
+):
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(tmp_path), *option])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} moved to its own command: ella report only reports" in err
+    assert replacement in err
+
+
+def test_report_shows_a_finished_selection_again(tmp_path, monkeypatch, capsys):
+    """``ella report`` prints the record ``ella select`` left, without training anything."""
+    import ella.report
+
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    record = selection.select(run, epochs=3)
+    (run / "results.json").write_text(json.dumps({"effective_parameters": []}))
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=0))
+    monkeypatch.setattr(ella.report, "format_table", lambda results: "TABLE")
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TABLE\n")
+    assert selection.format_path_selection(record) in out
+
+
+def test_select_command_runs_in_one_process(tmp_path, monkeypatch, capsys):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["select", str(run)]) == 1
+    assert "runs in one process: run it without torchrun" in capsys.readouterr().err
