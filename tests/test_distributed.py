@@ -292,7 +292,6 @@ def test_torchrun_ensemble_matches_one_process(tmp_path, method, augment):
     ]
     for a, b in zip(*rows, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
-        assert b["train_nll"] == pytest.approx(a["train_nll"], rel=1e-5)
         # an argmax may flip between nearly tied logits: at most one image of 176 per epoch
         assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], abs=1.01 / 176)
     test_a, test_b = (json.loads((run / "results.json").read_text())["test"] for run in (one, two))
