@@ -147,3 +147,35 @@ def test_a_run_records_the_control_per_round_and_resumes_it(tmp_path):
     again.load()
     assert torch.equal(again.output_trace, trainer.output_trace)
     assert "output_trace" in load_checkpoint(tmp_path / "checkpoint.pt", cfg)
+
+
+@pytest.mark.slow
+def test_a_rounds_scaled_likelihood_and_curvature_are_the_full_ones_in_expectation(float64):
+    """ella.fit's and ella train's rounds (PriorLearner.fit_round) fit the GGN on a fresh
+    class-balanced subset and scale it by N / M. With equal classes every example is drawn
+    with probability M / N, so the parts linear in the examples are unbiased: the mean over
+    rounds of the scaled log likelihood and of the scaled output curvature (the bias block,
+    sum_n diag p_n - p_n p_n^T) is the full fit's, within the rounds' standard error. (The
+    log evidence itself is not: its log-determinants are concave in the curvature.)"""
+    from ella import PriorLearner
+    from ella.learner import EvidenceRounds
+
+    g = torch.Generator().manual_seed(0)
+    n, d, k, rounds = 24, 4, 3, 120
+    x = torch.randn(n, 1, 1, d, generator=g)
+    y = torch.arange(n) % k  # equal classes: a balanced subset draws each example alike
+    data = TensorDataset(x, y)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(d, k))
+
+    def parts(evidence) -> torch.Tensor:
+        la = evidence.laplace
+        return torch.cat([torch.as_tensor(la.loss).reshape(1), la.H_facs.kfacs[1][0].flatten()])
+
+    whole = PriorLearner(model, n, ggn="exact", rounds=EvidenceRounds(subset_size=None))
+    full = parts(whole.fit_round(data, 1))
+    sub = PriorLearner(model, n, ggn="exact", rounds=EvidenceRounds(subset_size=12, control="none"))
+    draws = torch.stack([parts(sub.fit_round(data, epoch)) for epoch in range(1, rounds + 1)])
+    assert sub.evidence.n_data == n and len(sub.round_subset(data, 1)) == 12
+    mean, error = draws.mean(0), draws.std(0) / rounds**0.5
+    assert (error > 0).all()  # the rounds differ
+    assert ((mean - full).abs() <= 4 * error + 1e-12).all(), (mean - full) / error
