@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
-from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset, default_collate
 
 from ella.choices import (
     GGN,
@@ -121,11 +121,15 @@ class EvidenceRounds:
             seed=config.seed,
         )
 
+    def draws_subset(self, n: int) -> bool:
+        """Whether a round on ``n`` examples fits a subset of them (``subset_size < n``)."""
+        return self.subset_size is not None and self.subset_size < n
+
     def subset(self, labels: torch.Tensor | None, n: int, epoch: int) -> torch.Tensor | None:
         """The (M,) sorted indices of the round after (1-based) ``epoch``, class-balanced
         by ``labels`` (uniform where they are ``None``: regression); ``None``: all ``n``."""
         m = self.subset_size
-        if m is None or m >= n:
+        if not self.draws_subset(n):
             return None
         generator = epoch_generator(self.seed, epoch, Stream.EVIDENCE_SUBSET)
         if labels is None:
@@ -157,8 +161,8 @@ def forward_traces(model: nn.Module, data: Dataset, batch_size: int, world: Worl
     for index in shard.split(batch_size):
         if images is not None:
             x = images[index]
-        else:
-            x = next(iter(DataLoader(Subset(data, index.tolist()), batch_size=len(index))))[0]
+        else:  # collated by hand: a DataLoader's iterator draws from the global generator
+            x = default_collate([data[i] for i in index.tolist()])[0]
         trace[index] = output_hessian_trace(model(x.to(device))).cpu()
     model.train(was_training)
     return world.sum_(trace.to(device)).cpu()
@@ -482,12 +486,10 @@ class PriorLearner:
     ) -> torch.Tensor | None:
         """The indices of the round after ``epoch`` (:meth:`EvidenceRounds.subset`, balanced
         by ``labels`` or the labels read from ``data``); ``None``: every example."""
-        rounds = self.rounds
         classification = self.likelihood == "classification"
-        partial = rounds.subset_size is not None and rounds.subset_size < len(data)
-        if labels is None and classification and partial:
+        if labels is None and classification and self.rounds.draws_subset(len(data)):
             labels = dataset_labels(data)
-        return rounds.subset(labels if classification else None, len(data), epoch)
+        return self.rounds.subset(labels if classification else None, len(data), epoch)
 
     def fit_round(
         self,

@@ -226,3 +226,31 @@ def test_a_model_the_evidence_cannot_read_is_refused_before_any_training(tmp_pat
         ella.fit(model, DataLoader(data, batch_size=8), epochs=1, out=tmp_path / "run")
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     PriorLearner(model, n_data=16, hessian="diag")  # a diagonal Hessian reads any module
+
+
+def test_forward_traces_read_any_map_style_dataset_alike_and_draw_no_random_numbers():
+    from torch.utils.data import Dataset
+
+    from ella.distributed import World
+    from ella.learner import forward_traces
+
+    class Items(Dataset):  # a user's dataset: items, no tensors to index
+        def __init__(self, data):
+            self.data = data
+
+        def __len__(self):
+            return len(self.data)
+
+        def __getitem__(self, i):
+            return self.data[i]
+
+    data = TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,)))
+    model = nn.Linear(4, 3)
+    torch.manual_seed(0)
+    expected = torch.rand(())
+    torch.manual_seed(0)
+    direct = forward_traces(model, data, 4, World())
+    items = forward_traces(model, Items(data), 4, World())
+    assert torch.rand(()) == expected  # torch's global generator untouched
+    torch.testing.assert_close(items, direct, rtol=0, atol=0)
+    assert direct.shape == (10,) and direct.dtype == torch.float64 and (direct > 0).all()

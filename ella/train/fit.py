@@ -307,7 +307,7 @@ class _FitRun(EpochRun):
         epoch = self.state.epoch
         if evidence_due(self.config, epoch):
             data, rounds = self.train_loader.dataset, self.priors.rounds
-            partial = rounds.subset_size is not None and rounds.subset_size < len(data)
+            partial = rounds.draws_subset(len(data))
             classification = self.config.likelihood == "classification"
             if self.labels is None and classification and partial:
                 self.labels = dataset_labels(data)  # read once

@@ -192,8 +192,6 @@ class Trainer(EpochRun):
         #: epochs with each older epoch's weight halved (the auxiliary variable of
         #: ``--subset-control training``); NaN before the first epoch
         self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
-        #: the control variate's factor on the last round's subset curvature (1: none)
-        self.last_curvature_ratio = 1.0
 
     # ------------------------------------------------------------------ data parallelism
     def _check_world(self, config: TrainConfig) -> None:
@@ -344,16 +342,14 @@ class Trainer(EpochRun):
         """The control variate the evidence rounds use: ``config.subset_control`` where the
         rounds learn the network's priors on a subset of the training images, else none
         (an invariant model's rounds use :meth:`invariance_evidence` instead)."""
-        m = self.config.marglik_subset_size
-        if m is None or m >= self.n_train or not self.config.learn_priors or self.invariant:
+        partial = self.priors.rounds.draws_subset(self.n_train)
+        if not partial or not self.config.learn_priors or self.invariant:
             return SubsetControl.NONE
         return self.config.subset_control
 
     def subset_curvature_ratio(self, data: Subset) -> float:
         """The control variate's factor on the curvature of ``data``, a round's images
         (:meth:`PriorLearner.curvature_ratio`; 1 without a control)."""
-        if self.subset_control() is SubsetControl.NONE:
-            return 1.0
         return self.priors.curvature_ratio(
             self.data.train, torch.as_tensor(data.indices), self.output_trace
         )
@@ -362,16 +358,13 @@ class Trainer(EpochRun):
         """Fit this round's evidence (:meth:`PriorLearner.fit_round`: the round's subset,
         its curvature scaled by the control variate of ``--subset-control``; in a
         data-parallel job each process fits its shard and the factors are summed)."""
-        control = self.subset_control()
-        evidence = self.priors.fit_round(
+        return self.priors.fit_round(
             self.data.train,
             self.state.epoch,
             labels=self.labels,
-            traces=self.output_trace if control is SubsetControl.TRAINING else None,
+            traces=self.output_trace,  # read by the training control alone
             progress=self.progress,
         )
-        self.last_curvature_ratio = self.priors.last_curvature_ratio
-        return evidence
 
     def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
@@ -501,7 +494,7 @@ class Trainer(EpochRun):
             if not self.invariant:
                 row["prior_gap"] = self.priors.gaps[-1]
             if self.subset_control() is not SubsetControl.NONE:
-                row["curvature_ratio"] = self.last_curvature_ratio
+                row["curvature_ratio"] = self.priors.last_curvature_ratio
             report = self.round_report()
             self.state.last_round = {"epoch": self.state.epoch, "log_marglik": value,
                                      "report": report}  # fmt: skip
