@@ -1,0 +1,58 @@
+"""``ella train`` with training-time augmentation gives the results it gave when every batch
+was augmented on the CPU, image by image, and moved to the device.
+
+``data/augmented_runs.json`` holds the metrics and results of small runs, one per
+augmentation, written by this module run as a script before the training data moved to
+the device and the augmentations ran batched there::
+
+    PYTHONPATH=. .venv/bin/python tests/train/test_augmented_runs.py --write
+
+The runs use ``ella train``'s defaults (subset evidence with the training passes' control
+variate, whose traces the epoch records) on a one-channel mixer; the tolerance is the one
+of :mod:`tests.train.test_reference_runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.train.test_reference_runs import assert_close, run_case
+
+REFERENCE = Path(__file__).with_name("data") / "augmented_runs.json"
+#: one small run of ella train's defaults; each case sets its augmentation
+BASE: dict[str, object] = dict(
+    train_size=96, test_size=32, epochs=3, batch_size=32, width=1, n_epochs_burnin=1,
+    marglik_frequency=1, marglik_subset_size=48, progress=False,
+)  # fmt: skip
+CASES: dict[str, dict] = {
+    kind: {**BASE, "augment": kind} for kind in ("c4", "rotate", "translate")
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_augmented_results_equal_the_stored_reference(name):
+    reference = json.loads(REFERENCE.read_text())
+    assert reference["cases"][name]["options"] == CASES[name]
+    expected = {k: reference["cases"][name][k] for k in ("metrics", "results")}
+    actual = run_case(CASES[name])
+    for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
+        for key in set(row) - set(ref_row):  # metric rows may only gain keys
+            del row[key]
+    assert_close(actual, expected, name)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cases = {name: {"options": opts, **run_case(opts)} for name, opts in CASES.items()}
+    payload = {"commit": commit, "torch": torch.__version__, "cases": cases}
+    REFERENCE.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {REFERENCE} at commit {commit}")
