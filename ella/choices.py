@@ -31,6 +31,7 @@ __all__ = [
     "LRScaling",
     "ModelName",
     "Optimizer",
+    "Precision",
     "PathName",
     "PriorMean",
     "PriorMode",
@@ -233,6 +234,15 @@ class Augmentation(Choice):
     ROTATE = "rotate"
     TRANSLATE = "translate"
     SCALE = "scale"
+
+
+class Precision(Choice):
+    """Arithmetic of the training steps (the evidence and its log determinants stay in
+    float32 or float64 whatever this is)."""
+
+    FP32 = "fp32"  # float32 throughout
+    TF32 = "tf32"  # float32 tensors, the matrix units' TF32 mode in products and convolutions
+    BF16 = "bf16"  # autocast: products and convolutions in bfloat16, the loss in float32
 
 
 class ReportedState(Choice):

@@ -377,14 +377,18 @@ def sharded_batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]]:
     """This process's part of every (augmented) global batch of an epoch over in-memory
     ``(images, labels)``: the order of :func:`global_batches`, ``augment(x, y)`` applied to
-    the whole global batch (the same draws on every process), then :meth:`World.part`.
+    the whole global batch (the same draws on every process), then :meth:`World.part`;
+    the batches are indexed on the images' device.
 
     Yields:
         ``(x, y, n_global, index)``: this process's images and labels, the size of the
         augmented global batch they are part of, and their indices in ``images``.
     """
     images, labels = tensors
-    for batch in global_batches(len(labels), batch_size, generator):
+    batches = global_batches(len(labels), batch_size, generator)
+    # the epoch's order reaches the images' device in one copy, not one per batch
+    order = torch.cat(batches).to(images.device).split([len(b) for b in batches])
+    for batch in order:
         x, y = images[batch], labels[batch]
         if augment is not None:
             x, y = augment(x, y)

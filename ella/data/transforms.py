@@ -41,7 +41,7 @@ def translate(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     def one(xs, s):
         h, w = xs.shape[-2:]
         n = len(xs)
-        theta = torch.zeros(n, 2, 3)
+        theta = torch.zeros(n, 2, 3, device=xs.device)
         theta[:, 0, 0] = theta[:, 1, 1] = 1.0
         theta[:, 0, 2] = -2.0 * s[:, 1].float() / w
         theta[:, 1, 2] = -2.0 * s[:, 0].float() / h
@@ -55,7 +55,7 @@ def scale(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
 
     def one(xs, f):
         n = len(xs)
-        theta = torch.zeros(n, 2, 3)
+        theta = torch.zeros(n, 2, 3, device=xs.device)
         theta[:, 0, 0] = theta[:, 1, 1] = 1.0 / f
         return resample_affine(xs, theta)
 
@@ -63,14 +63,12 @@ def scale(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
 
 
 def act_per_sample(x: torch.Tensor, group: str, elements: torch.Tensor) -> torch.Tensor:
-    """Act on image ``i`` with group element ``elements[i]`` (exact for C4/D4)."""
+    """Act on image ``i`` with group element ``elements[i]`` (exact for C4/D4): every
+    element acts on the whole batch and each image keeps its own, so that nothing is read
+    back from the device."""
     g = get_group(group)
-    out = x.clone()
-    for e in range(g.order):
-        idx = (elements == e).nonzero().flatten()
-        if len(idx):
-            out[idx] = g.act_on_image(e, x[idx])
-    return out
+    acted = torch.stack([g.act_on_image(e, x) for e in range(g.order)])
+    return acted[elements.to(x.device), torch.arange(len(x), device=x.device)]
 
 
 def place_in_quadrant(x: torch.Tensor, quadrants: torch.Tensor, out_size: int = 32) -> torch.Tensor:
@@ -104,6 +102,46 @@ def random_scales(n: int, low: float, high: float, generator: torch.Generator) -
 AUGMENTATIONS = Augmentation.values()
 
 
+def draw_augmentation(
+    kind: str, n: int, generator: torch.Generator, max_shift: int = 4
+) -> torch.Tensor | None:
+    """The parameters of ``kind``'s augmentation of ``n`` images, drawn from ``generator``
+    (on the CPU): group elements (n,) for ``c4``/``d4``, angles (n,) for ``rotate``, shifts
+    (n, 2) for ``translate``, factors (n,) for ``scale``; None for ``none``.
+
+    Drawing an epoch's batches one after the other gives the draws that augmenting them
+    one after the other gives, so they can be drawn up front and moved to the device once.
+    """
+    if kind == "none":
+        return None
+    if kind in ("c4", "d4"):
+        return torch.randint(get_group(kind).order, (n,), generator=generator)
+    if kind == "rotate":
+        return random_angles(n, 180.0, generator)
+    if kind == "translate":
+        return random_shifts(n, max_shift, generator)
+    if kind == "scale":
+        return random_scales(n, 0.8, 1.25, generator)
+    raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
+
+
+def apply_augmentation(x: torch.Tensor, kind: str, params: torch.Tensor | None) -> torch.Tensor:
+    """Augment the batch ``x`` with the parameters :func:`draw_augmentation` drew for it,
+    on ``x``'s device, batched."""
+    if kind == "none":
+        return x
+    params = params.to(x.device)
+    if kind in ("c4", "d4"):
+        return act_per_sample(x, kind, params)
+    if kind == "rotate":
+        return rotate(x, params)
+    if kind == "translate":
+        return translate(x, params)
+    if kind == "scale":
+        return scale(x, params)
+    raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
+
+
 def augment(
     x: torch.Tensor, kind: str, generator: torch.Generator, max_shift: int = 4
 ) -> torch.Tensor:
@@ -113,16 +151,4 @@ def augment(
     (angle U[-180, 180] degrees); ``translate`` (shift U{-max_shift..max_shift}
     pixels along each axis); ``scale`` (factor log-uniform in [0.8, 1.25]).
     """
-    n = len(x)
-    if kind == "none":
-        return x
-    if kind in ("c4", "d4"):
-        order = get_group(kind).order
-        return act_per_sample(x, kind, torch.randint(order, (n,), generator=generator))
-    if kind == "rotate":
-        return rotate(x, random_angles(n, 180.0, generator))
-    if kind == "translate":
-        return translate(x, random_shifts(n, max_shift, generator))
-    if kind == "scale":
-        return scale(x, random_scales(n, 0.8, 1.25, generator))
-    raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
+    return apply_augmentation(x, kind, draw_augmentation(kind, len(x), generator, max_shift))

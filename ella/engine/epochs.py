@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -48,7 +48,9 @@ from ella.rundir import (
 __all__ = [
     "EpochRun",
     "EpochState",
+    "Penalised",
     "Stream",
+    "add_sums",
     "epoch_bar",
     "epoch_generator",
     "epoch_seed",
@@ -88,6 +90,23 @@ def epoch_seed(seed: int, epoch: int, stream: Stream) -> int:
 def epoch_generator(seed: int, epoch: int, stream: Stream) -> torch.Generator:
     """A CPU generator for ``stream`` in ``epoch`` (see :func:`epoch_seed`)."""
     return torch.Generator().manual_seed(epoch_seed(seed, epoch, stream))
+
+
+class Penalised(Protocol):
+    """A prior whose penalty joins the training objective outside the graph (as
+    :class:`~ella.learner.PriorLearner` does)."""
+
+    def penalty_value(self) -> torch.Tensor: ...
+
+    def add_penalty_gradient(self) -> None: ...
+
+
+def add_sums(sums: dict[str, torch.Tensor], **terms: torch.Tensor) -> None:
+    """Add each term (detached, in float64) to ``sums[name]``, on the terms' device: an
+    epoch's running sums, read once at its end (:meth:`EpochRun.close_steps`)."""
+    for name, term in terms.items():
+        term = term.detach().to(torch.float64)
+        sums[name] = term if name not in sums else sums[name] + term
 
 
 def save_epoch(out: Path | None, checkpoint: dict, metrics: list[dict]) -> None:
@@ -141,6 +160,9 @@ class EpochRun(abc.ABC):
     world: World = ONE_PROCESS
     #: what the divergence message advises
     divergence_hint: str = "Try a smaller --lr."
+    #: this epoch's first non-finite step so far, on the device (:meth:`watch_step`)
+    _watch: dict[str, torch.Tensor] = {}  # noqa: RUF012 (an instance's own once it steps)
+    _watch_what: str = "training loss"
 
     @abc.abstractmethod
     def train_epoch(self) -> dict:
@@ -246,22 +268,91 @@ class EpochRun(abc.ABC):
             group["lr"] = lr * group.get("lr_scale", 1.0)
         return lr
 
-    def check_loss(
+    def take_step(
         self,
         loss: torch.Tensor,
+        x: torch.Tensor,
+        optimizers: Sequence[torch.optim.Optimizer],
+        *,
+        what: str = "training loss",
+        prior: Penalised | None = None,
+        before_step: Callable[[], None] | None = None,
+    ) -> torch.Tensor:
+        """The one optimisation step of every command: zero the gradients, backpropagate
+        ``loss``, add the gradient of ``prior``'s penalty (:meth:`PriorLearner.add_penalty_gradient
+        <ella.learner.PriorLearner.add_penalty_gradient>`), call ``before_step`` (e.g.
+        averaging the gradients over processes), step each optimiser in order, and count the
+        step.
+
+        Nothing is read back to the host: whether the objective (``loss`` plus the
+        penalty) is finite is recorded on the device (:meth:`watch_step`) and checked once
+        per epoch, by :meth:`close_steps`.
+
+        Returns:
+            The step's objective, ``loss`` plus the prior's penalty, detached (0-dim).
+        """
+        objective = loss.detach()
+        prior_term = None
+        if prior is not None:
+            prior_term = prior.penalty_value()
+            objective = objective + prior_term
+        self.watch_step(objective, x, what, prior_term)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if prior is not None:
+            prior.add_penalty_gradient()
+        if before_step is not None:
+            before_step()
+        for optimizer in optimizers:
+            optimizer.step()
+        self.state.step += 1
+        return objective
+
+    def watch_step(
+        self,
+        objective: torch.Tensor,
         x: torch.Tensor,
         what: str = "training loss",
         prior_term: torch.Tensor | None = None,
     ) -> None:
-        """Raise before a step on a non-finite loss: :class:`InputDataError` when the
-        batch ``x`` itself is not finite, else :class:`TrainingDivergedError`, whose advice
-        names the prior's options when ``prior_term`` (the loss's prior part) overflowed."""
-        if torch.isfinite(loss):
-            return
-        if not torch.isfinite(x).all():
+        """Record on the device, without reading it back, whether this step's objective is
+        the first of the epoch that is not finite, with whether its batch ``x`` and its
+        prior term were finite then (for :meth:`close_steps`' message)."""
+        first = self._watch.get("step")
+        if first is None:
+            first = torch.full((), -1, dtype=torch.int64, device=objective.device)
+            self._watch = dict(step=first, input=first < -1, prior=first < -1, value=objective)
+        new = (~torch.isfinite(objective)) & (first < 0)
+        finite_prior = torch.isfinite(prior_term) if prior_term is not None else first >= -1
+        self._watch["step"] = torch.where(new, self.state.step, first)
+        self._watch["input"] = torch.where(new, ~torch.isfinite(x).all(), self._watch["input"])
+        self._watch["prior"] = torch.where(new, ~finite_prior, self._watch["prior"])
+        self._watch["value"] = torch.where(new, objective, self._watch["value"])
+        self._watch_what = what
+
+    def close_steps(self, sums: dict[str, torch.Tensor]) -> dict[str, float]:
+        """End an epoch's steps with one read from the device: raise where a step's objective
+        was not finite (:class:`InputDataError` when its batch itself was not, else
+        :class:`TrainingDivergedError`, whose advice names the prior's options when the
+        prior term overflowed), else return ``sums`` (:func:`add_sums`) as floats.
+
+        The checkpoint of the epoch before is the last one written; the weights in memory
+        are those after the epoch's steps."""
+        watch, self._watch = self._watch, {}
+        keys = list(sums)
+        shown = [watch[k].double() for k in ("step", "input", "prior", "value") if k in watch]
+        read = [*shown, *(sums[k].double() for k in keys)]
+        values = torch.stack(read).tolist() if read else []
+        if shown and values[0] >= 0:
+            self._raise_non_finite(int(values[0]), bool(values[1]), bool(values[2]), values[3])
+        return dict(zip(keys, values[len(shown) :], strict=True))
+
+    def _raise_non_finite(self, step: int, bad_input: bool, bad_prior: bool, value: float):
+        if bad_input:
             raise InputDataError("the input data contains NaN or infinite values")
-        hint = self.divergence_hint
-        if prior_term is not None and not torch.isfinite(prior_term):
+        what, hint = self._watch_what, self.divergence_hint
+        if bad_prior:
             what = f"prior term 1/2 sum delta theta^2 / N of the {what}"
             learned = any("log_marglik" in row for row in self.state.metrics)
             hint = (
@@ -272,33 +363,9 @@ class EpochRun(abc.ABC):
                 "--prior-precision."
             )
         raise TrainingDivergedError(
-            f"the {what} became {loss.item()} at epoch {self.state.epoch + 1}, "
-            f"step {self.state.step + 1}; {checkpoint_note(self.out)}. {hint}"
+            f"the {what} became {value} at epoch {self.state.epoch + 1}, "
+            f"step {step + 1}; {checkpoint_note(self.out)}. {hint}"
         )
-
-    def take_step(
-        self,
-        loss: torch.Tensor,
-        x: torch.Tensor,
-        optimizers: Sequence[torch.optim.Optimizer],
-        *,
-        what: str = "training loss",
-        prior_term: torch.Tensor | None = None,
-        before_step: Callable[[], None] | None = None,
-    ) -> None:
-        """The one optimisation step of every command: refuse a non-finite ``loss``
-        (:meth:`check_loss`), zero the gradients, backpropagate, call ``before_step``
-        (e.g. averaging the gradients over processes), step each optimiser in order, and
-        count the step."""
-        self.check_loss(loss, x, what, prior_term=prior_term)
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if before_step is not None:
-            before_step()
-        for optimizer in optimizers:
-            optimizer.step()
-        self.state.step += 1
 
     # ------------------------------------------------------------------ loop
     def run_epochs(

@@ -315,6 +315,7 @@ class EnsembleTrainer(EpochRun):
             for k, v in parts.items():  # this process's share of the global batch's sums
                 sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * n_global / world.size)
             bar.set_postfix(loss=f"{parts['loss']:.3f}")
+        self.close_steps({})  # raise where a step's loss was not finite
         keys = sorted(sums)
         *totals, seen = world.sum_values(*(sums[k] for k in keys), seen)
         sums = dict(zip(keys, totals, strict=True))

@@ -20,6 +20,7 @@ from ella.choices import (
     ModelName,
     Normalisation,
     PathName,
+    Precision,
     PriorUpdate,
     ReportedState,
     SubsetControl,
@@ -168,6 +169,8 @@ class TrainConfig(ScheduleConfig):
     select_epochs: int = option(20, minimum=1, defines_run=False)
     # run
     device: str = option("cpu", defines_run=False)
+    precision: Precision = Precision.FP32
+    compile: bool = option(False, defines_run=False)
 
     def prior_update_rule(self) -> PriorUpdate:
         """``auto`` resolved: ``adam`` when the input invariance is learned as well (the
@@ -311,6 +314,11 @@ HELP: dict[str, str] = {
     "epoch's weight halved; free), "
     "forward (a pass over all training images at each round) or none",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
+    "precision": "arithmetic of the training steps: fp32, tf32 (float32 tensors, TF32 matrix "
+    "units on a GPU that has them) or bf16 (autocast to bfloat16 where it is safe); the "
+    "evidence fit, its log determinants and the test metrics stay in float32 or float64",
+    "compile": "compile the model's training forward and backward with torch.compile (falls "
+    "back to eager execution with a message where compilation fails; may change on --resume)",
     "select_paths": "after training, select the paths by the evidence, greedily: drop each "
     "path from every layer, train on for --select-epochs, drop the one whose removal raises "
     "the Laplace evidence most, repeat until none does (ella select RUN; "

@@ -31,7 +31,7 @@ from ella.choices import Likelihood, SubsetControl
 from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
-from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_seed
+from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_seed
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.schedule import ScheduleConfig, evidence_due, make_optimizer
@@ -279,7 +279,8 @@ class _FitRun(EpochRun):
         # at most one example); else every process has len(y) of each batch
         resharded = getattr(self.train_loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
-        loss_sum, nll_sum, correct, seen = 0.0, 0.0, 0, 0
+        sums: dict[str, torch.Tensor] = {}
+        seen = 0
         # the training accuracy, for classification with class indices as targets
         counts = config.likelihood == "classification"
         for i, (x, y) in enumerate(self.train_loader):
@@ -288,16 +289,16 @@ class _FitRun(EpochRun):
             n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
             output = self.train_model(x)
             data = self.world.mean_share(data_loss(output, y, config), len(y), n_batch)
-            prior_term = self.priors.penalty()
-            loss = data + prior_term
-            self.take_step(loss, x, [self.optimizer], prior_term=prior_term)
-            loss_sum += float(loss.detach()) * n_batch / size
-            nll_sum += float(data.detach()) * n_batch / size
+            objective = self.take_step(data, x, [self.optimizer], prior=self.priors)
+            add_sums(sums, loss=objective * n_batch / size, nll=data * n_batch / size)
             counts = counts and y.ndim == output.ndim - 1  # not for soft labels
             if counts:
-                correct += int((output.detach().argmax(-1) == y).sum())
+                add_sums(sums, correct=(output.detach().argmax(-1) == y).sum())
             seen += len(y)
-        loss_sum, nll_sum, correct, seen = self.world.sum_values(loss_sum, nll_sum, correct, seen)
+        totals = self.close_steps(sums)  # the epoch's one read from the device
+        loss_sum, nll_sum, correct, seen = self.world.sum_values(
+            totals["loss"], totals["nll"], totals.get("correct", 0.0), seen
+        )
         row = {"train_loss": loss_sum / seen, "train_nll": nll_sum / seen, "lr": lr}
         if counts:
             row["train_accuracy"] = correct / seen

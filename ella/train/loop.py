@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from ella.choices import HeadInit, ReportedState, SubsetControl
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
-from ella.data.transforms import augment
+from ella.data.transforms import apply_augmentation, draw_augmentation
 from ella.distributed import (
     ONE_PROCESS,
     World,
@@ -49,7 +49,8 @@ from ella.distributed import (
     data_parallel,
     sharded_batches,
 )
-from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
+from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
@@ -170,6 +171,12 @@ class Trainer(EpochRun):
         self.net = self.net.to(self.device)
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.train_model = data_parallel(self.model, self.world)
+        if config.compile:
+            self.train_model = CompiledOrEager(self.train_model)
+        #: the arithmetic of the training steps (--precision)
+        self.steps = StepArithmetic(config.precision, self.device)
+        #: the training images and labels the steps index (on the device where they fit)
+        self.train_tensors = self._training_tensors()
         self.n_train = len(self.data.train)
         self.labels = self.data.train.tensors[1]
         check_batches(self.n_train, config.batch_size, self.world)
@@ -192,6 +199,17 @@ class Trainer(EpochRun):
         #: epochs with each older epoch's weight halved (the auxiliary variable of
         #: ``--subset-control training``); NaN before the first epoch
         self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
+
+    def _training_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training images and labels, moved to the device once where they take at
+        most a quarter of its free memory (batches are then cut and augmented there),
+        else left in host memory (each batch is copied)."""
+        x, y = self.data.train.tensors
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if x.nbytes + y.nbytes > free // 4:
+                return x, y
+        return x.to(self.device), y.to(self.device)
 
     # ------------------------------------------------------------------ data parallelism
     def _check_world(self, config: TrainConfig) -> None:
@@ -283,42 +301,48 @@ class Trainer(EpochRun):
 
     # ------------------------------------------------------------------ steps
     def train_epoch(self) -> dict[str, float]:
-        cfg, model = self.config, self.model
+        cfg, model, world = self.config, self.model, self.world
         model.train()
         epoch = self.state.epoch
-        generator = epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER)
-        augment_generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
         eps_generator = epoch_generator(cfg.seed, epoch, Stream.TRANSFORMATIONS)
-        world = self.world
-
-        def augment_images(x, y):  # per image; the test set never
-            return augment(x, cfg.augment, augment_generator, cfg.augment_shift), y
-
         batches = sharded_batches(
-            self.data.train.tensors, cfg.batch_size, generator, world, augment_images
+            self.train_tensors,
+            cfg.batch_size,
+            epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER),
+            world,
+            self.epoch_augmentation(epoch),
         )
-        loss_sum, nll_sum, correct, seen = 0.0, 0.0, 0, 0
+        sums: dict[str, torch.Tensor] = {}
+        seen = 0
         records_trace = self.subset_control() is SubsetControl.TRAINING
-        trace = torch.zeros(self.n_train, dtype=torch.float64) if records_trace else None
-        for x, y, n_batch, index in batches:  # this process's part of a global batch
-            x, y = x.to(self.device), y.to(self.device)
-            lr = self.set_lr(self.optimizer)
-            logits = self.predict_train(x, eps_generator)
-            data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
-            prior_term = self.priors.penalty()
-            loss = data_loss + prior_term
-            if cfg.invariance == "augerino":  # Benton et al. 2020: reward wider ranges
-                loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
-            augerino = [self.eta_optimizer] if cfg.invariance == "augerino" else []
-            self.take_step(loss, x, [self.optimizer, *augerino], prior_term=prior_term)
-            loss_sum += float(loss.detach()) * n_batch / world.size
-            nll_sum += float(data_loss.detach()) * n_batch / world.size
-            correct += int((logits.argmax(1) == y).sum())
-            seen += len(y)
-            if trace is not None:
-                trace[index] = output_hessian_trace(logits).cpu()
-        loss_sum, nll_sum, correct, seen = world.sum_values(loss_sum, nll_sum, correct, seen)
-        if trace is not None:  # every image is in one process's part of one batch
+        trace = torch.zeros(self.n_train, dtype=torch.float64, device=self.train_tensors[1].device)
+        augerino = [self.eta_optimizer] if cfg.invariance == "augerino" else []
+        with self.steps.arithmetic():
+            for x, y, n_batch, index in batches:  # this process's part of a global batch
+                x, y = x.to(self.device), y.to(self.device)
+                lr = self.set_lr(self.optimizer)
+                with self.steps.autocast():
+                    logits = self.predict_train(x, eps_generator).float()
+                    data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
+                loss = data_loss
+                if augerino:  # Benton et al. 2020: reward wider ranges
+                    loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
+                objective = self.take_step(loss, x, [self.optimizer, *augerino], prior=self.priors)
+                share = n_batch / world.size
+                add_sums(
+                    sums,
+                    loss=objective * share,
+                    nll=data_loss * share,
+                    correct=(logits.detach().argmax(1) == y).sum(),
+                )
+                seen += len(y)
+                if records_trace:
+                    trace[index.to(trace.device)] = output_hessian_trace(logits.detach())
+        totals = self.close_steps(sums)  # the epoch's one read from the device
+        loss_sum, nll_sum, correct, seen = world.sum_values(
+            totals["loss"], totals["nll"], totals["correct"], seen
+        )
+        if records_trace:  # every image is in one process's part of one batch
             trace = world.sum_(trace.to(self.device)).cpu()
             # two epochs' passes see two augmentations: their mean follows the curvature
             # better than one (docs/research/0025-subset-control-variate.md)
@@ -330,6 +354,26 @@ class Trainer(EpochRun):
             "train_accuracy": correct / seen,
             "lr": lr,
         }
+
+    def epoch_augmentation(
+        self, epoch: int
+    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+        """The augmentation of ``epoch``'s batches (None for ``--augment none``): each
+        batch's parameters drawn up front, in batch order, from the epoch's generator
+        (the draws that augmenting the batches in turn makes) and moved to the device in
+        one copy; the images are then augmented there, batched (the test set never)."""
+        cfg = self.config
+        if cfg.augment == "none":
+            return None
+        generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
+        sizes = [len(b) for b in torch.arange(self.n_train).split(cfg.batch_size)]
+        draws = [draw_augmentation(cfg.augment, n, generator, cfg.augment_shift) for n in sizes]
+        params = iter(torch.cat(draws).to(self.train_tensors[0].device).split(sizes))
+
+        def augment_batch(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return apply_augmentation(x, cfg.augment, next(params)), y
+
+        return augment_batch
 
     def evidence_data(self) -> Dataset:
         """The training images of this evidence round: all of them, or the round's fresh
