@@ -42,13 +42,17 @@ from ella.train.loop import evidence_epochs
 
 #: (precision, compile) of each variant, in the order run; the first is the reference
 #: whose times set the budget's estimates and on which the FLOPs and the fit are measured
-VARIANTS: tuple[tuple[str, bool], ...] = (
-    ("fp32", False),
-    ("tf32", False),
-    ("bf16", False),
-    ("tf32", True),
-    ("bf16", True),
+#: (``"tf32", False, True``: with ``torch.backends.cudnn.benchmark``, cuDNN timing its
+#: convolution algorithms per shape, which the training steps leave off)
+VARIANTS: tuple[tuple[str, bool, bool], ...] = (
+    ("fp32", False, False),
+    ("tf32", False, False),
+    ("bf16", False, False),
+    ("tf32", False, True),
+    ("bf16", True, False),
 )
+#: training images of the profiled epoch (:func:`profile_steps`): ten steps of 500
+PROFILED_IMAGES = 5000
 #: dense TFLOP/s of the datasheets (H100 SXM; the H200 has the same compute), by arithmetic
 DATASHEET_PEAKS: dict[str, dict[str, float]] = {
     "H100": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
@@ -81,8 +85,51 @@ def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object
     return time.perf_counter() - start, out
 
 
-def variant_name(precision: str, compiled: bool) -> str:
-    return precision + ("+compile" if compiled else "")
+def variant_name(precision: str, compiled: bool, cudnn_benchmark: bool = False) -> str:
+    return (
+        precision
+        + ("+compile" if compiled else "")
+        + ("+cudnn.benchmark" if cudnn_benchmark else "")
+    )
+
+
+def profile_steps(cfg: TrainConfig, precision: str) -> dict:
+    """Where a training step's time goes: :mod:`torch.profiler` over the second epoch of
+    :data:`PROFILED_IMAGES` images (the first warms up): wall and GPU-busy milliseconds per
+    step, operators dispatched per step, and the kernels of most GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    images = PROFILED_IMAGES if cfg.train_size is None else min(PROFILED_IMAGES, cfg.train_size)
+    small = dataclasses.replace(cfg, train_size=images, precision=precision)
+    trainer = Trainer(small, tempfile.mkdtemp())
+    device = trainer.device
+    trainer.train_epoch()
+    trainer.state.epoch += 1
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        wall, _ = timed(trainer.train_epoch, device)
+    steps = trainer.steps_per_epoch
+    events = prof.key_averages()
+    gpu = [e for e in events if getattr(e, "device_type", None) is not None
+           and str(e.device_type).endswith("CUDA") and e.self_device_time_total > 0]  # fmt: skip
+    busy_us = sum(e.self_device_time_total for e in gpu)
+    top = sorted(gpu, key=lambda e: -e.self_device_time_total)[:12]
+    aten = sum(e.count for e in events if e.key.startswith("aten::"))
+    return {
+        "variant": precision,
+        "steps": steps,
+        "wall_ms_per_step": 1000 * wall / steps,
+        "gpu_busy_ms_per_step": busy_us / 1000 / steps,
+        "aten_ops_per_step": aten / steps,
+        "kernels_per_step": sum(e.count for e in gpu) / steps,
+        "top_kernels": [
+            {"name": e.key[:90], "ms_per_step": e.self_device_time_total / 1000 / steps,
+             "calls_per_step": e.count / steps}
+            for e in top
+        ],
+    }  # fmt: skip
 
 
 def check_config_fields() -> None:
@@ -195,16 +242,17 @@ def fraction(value: float | None, peak: float | None) -> float | None:
 
 
 def measure(
-    cfg: TrainConfig, args: argparse.Namespace, variants: tuple[tuple[str, bool], ...]
+    cfg: TrainConfig, args: argparse.Namespace, variants: tuple[tuple[str, bool, bool], ...]
 ) -> dict:
     """Run the variants within the budget; the reference's fit and the step's FLOPs."""
     start, device = time.perf_counter(), torch.device(cfg.device)
     measured = matmul_tflops(device, SMOKE_MATMUL if args.smoke else MATMUL)
     datasheet = datasheet_peaks(device)
     rows, reference, out = [], None, {}
-    for precision, compiled in variants:
-        row: dict = {"variant": variant_name(precision, compiled), "precision": precision}
-        row["compile"] = compiled
+    for precision, compiled, cudnn_benchmark in variants:
+        name = variant_name(precision, compiled, cudnn_benchmark)
+        row: dict = {"variant": name, "precision": precision, "compile": compiled}
+        row["cudnn_benchmark"] = cudnn_benchmark
         rows.append(row)
         remaining = args.seconds - (time.perf_counter() - start)
         if args.smoke and compiled:  # inductor takes over a minute on a CPU
@@ -223,7 +271,9 @@ def measure(
             torch.get_float32_matmul_precision(),
             torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.benchmark,
         )
+        torch.backends.cudnn.benchmark = cudnn_benchmark
         try:
             timing, trainer = run_variant(cfg, precision, compiled, args.epochs_timed)
             row.update(timing)
@@ -240,8 +290,14 @@ def measure(
             torch.set_float32_matmul_precision(saved[0])
             torch.backends.cuda.matmul.allow_tf32 = saved[1]
             torch.backends.cudnn.allow_tf32 = saved[2]
+            torch.backends.cudnn.benchmark = saved[3]
             del trainer
             release(device)
+    if args.seconds - (time.perf_counter() - start) > 0:
+        try:
+            out["profile"] = profile_steps(cfg, "tf32")
+        except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+            out["profile"] = {"error": f"{type(error).__name__}: {error}"}
     flops = out.get("flop_per_step")
     for row in rows:
         if "epoch_s" in row and flops is not None:
@@ -362,7 +418,32 @@ def markdown(payload: dict, cfg: TrainConfig) -> str:
             *[f"| {k} | {'yes' if v else 'no'} |" for k, v in s["claims"].items()],
             "",
         ]
+    lines += profile_lines(s.get("profile"))
     return "\n".join(lines)
+
+
+def profile_lines(profile: dict | None) -> list[str]:
+    """The markdown of :func:`profile_steps`' result."""
+    if not profile:
+        return []
+    if "error" in profile:
+        return [f"Profile: failed ({profile['error']}).", ""]
+    p = profile
+    return [
+        f"Profile of {p['steps']} {p['variant']} steps (torch.profiler, after a warm-up "
+        f"epoch): {p['wall_ms_per_step']:.1f} ms per step, of which the GPU was busy "
+        f"{p['gpu_busy_ms_per_step']:.1f} ms; {p['aten_ops_per_step']:.0f} operators and "
+        f"{p['kernels_per_step']:.0f} kernels per step. The kernels of most GPU time:",
+        "",
+        "| kernel | ms per step | calls per step |",
+        "|---|---:|---:|",
+        *[
+            f"| `{k['name'].replace('|', '/')}` | {k['ms_per_step']:.2f} "
+            f"| {k['calls_per_step']:.0f} |"
+            for k in p["top_kernels"]
+        ],
+        "",
+    ]
 
 
 def main(args: argparse.Namespace) -> dict:

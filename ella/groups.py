@@ -24,6 +24,7 @@ a Cayley table and an image action, and nothing in :mod:`ella.nn` changes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from abc import ABC, abstractmethod
@@ -319,6 +320,12 @@ def available_groups() -> list[str]:
     return list(_REGISTRY)
 
 
+@functools.cache
+def _named_group(key: str) -> Group:
+    """One instance per exact group (they hold no state that changes)."""
+    return _REGISTRY[key]()
+
+
 def get_group(group: str | Group) -> Group:
     """Return a group from its name or pass one through.
 
@@ -332,7 +339,7 @@ def get_group(group: str | Group) -> Group:
     name = str(group).lower()
     key = {n.lower(): n for n in _REGISTRY}.get(name)
     if key is not None:
-        return _REGISTRY[key]()
+        return _named_group(key)
     match = _ROTATIONS.fullmatch(name)
     if match and int(match.group(1)) > MAX_ROTATIONS:
         raise ValueError(
