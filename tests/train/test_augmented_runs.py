@@ -30,9 +30,7 @@ BASE: dict[str, object] = dict(
     train_size=96, test_size=32, epochs=3, batch_size=32, width=1, n_epochs_burnin=1,
     marglik_frequency=1, marglik_subset_size=48, progress=False,
 )  # fmt: skip
-CASES: dict[str, dict] = {
-    kind: {**BASE, "augment": kind} for kind in ("c4", "rotate", "translate")
-}
+CASES: dict[str, dict] = {kind: {**BASE, "augment": kind} for kind in ("c4", "rotate", "translate")}
 
 
 @pytest.mark.slow
