@@ -74,6 +74,29 @@ def test_augmentation_is_per_image_and_seeded():
         T.augment(x, "mixup", g1)
 
 
+@pytest.mark.parametrize("kind", ["c4", "d4", "rotate", "translate", "scale"])
+def test_an_epochs_draws_made_up_front_augment_as_batch_by_batch_draws(kind):
+    """Drawing every batch's parameters first, then augmenting, gives each image what
+    augmenting the batches in turn gives (ella train draws an epoch's draws at once)."""
+    x = images(20)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    in_turn = torch.cat([T.augment(b, kind, g1, 2) for b in x.split(8)])
+    draws = [T.draw_augmentation(kind, len(b), g2, 2) for b in x.split(8)]
+    batches = zip(x.split(8), draws, strict=True)
+    up_front = torch.cat([T.apply_augmentation(b, kind, d) for b, d in batches])
+    assert torch.equal(up_front, in_turn)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", ["c4", "d4", "rotate", "translate", "scale"])
+def test_augmentation_on_cuda_equals_the_cpu(kind):
+    x = images(32, 28)
+    params = T.draw_augmentation(kind, len(x), torch.Generator().manual_seed(1), 2)
+    on_cpu = T.apply_augmentation(x, kind, params)
+    on_cuda = T.apply_augmentation(x.cuda(), kind, params.cuda()).cpu()
+    torch.testing.assert_close(on_cuda, on_cpu, atol=1e-5, rtol=0)
+
+
 def test_names():
     assert parse_name("rotated_cifar10") == ("rotated", "cifar10")
     assert parse_name("quadrant40_mnist") == ("quadrant40", "mnist")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -115,3 +116,30 @@ def test_an_epoch_of_ella_fit_reads_the_device_a_fixed_number_of_times(monkeypat
     assert few == many, f"3 steps read {dict(few)}, 9 steps {dict(many)}"
     # the loader's order and seed (host tensors) and the epoch's one read from the device
     assert sum(many.values()) <= 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_epoch_on_cuda_synchronises_a_fixed_number_of_times():
+    """On a GPU, torch's own count: its synchronisation warnings (copies to the host, waits)
+    in an epoch of 4 and of 12 steps."""
+
+    def synchronisations(train_size: int) -> list[str]:
+        config = TrainConfig(
+            train_size=train_size, test_size=16, width=1, batch_size=8, epochs=2,
+            n_epochs_burnin=1, marglik_frequency=1, marglik_subset_size=16,
+            augment="rotate", progress=False, device="cuda",
+        )  # fmt: skip
+        trainer = Trainer(config, "unused")
+        trainer.train_epoch()
+        trainer.state.epoch += 1
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                trainer.train_epoch()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        return [str(w.message).splitlines()[0] for w in caught]
+
+    few, many = synchronisations(32), synchronisations(96)
+    assert len(few) == len(many), f"4 steps: {few}; 12 steps: {many}"
