@@ -46,10 +46,10 @@ from ella.train.loop import evidence_epochs
 #: convolution algorithms per shape, which the training steps leave off)
 VARIANTS: tuple[tuple[str, bool, bool], ...] = (
     ("fp32", False, False),
-    ("tf32", False, False),
     ("bf16", False, False),
-    ("tf32", False, True),
     ("bf16", True, False),
+    ("tf32", False, False),
+    ("tf32", False, True),
 )
 #: training images of the profiled epoch (:func:`profile_steps`): ten steps of 500
 PROFILED_IMAGES = 5000
