@@ -417,7 +417,9 @@ class FCPath(Path):
             else:
                 # bmm over contiguous channel-major operands: einsum on the batch-major
                 # layout handed bmm strided batches that it copied matrix by matrix
-                u, v, bias = self.stacked_weights()
+                # the stacked weights' gradients made contiguous in one copy, so that each
+                # channel's slice is stolen by its .grad rather than copied there one by one
+                u, v, bias = (contiguous_grad(w) for w in self.stacked_weights())
                 rows = rows.contiguous()
                 stage1 = torch.bmm(rows, u.transpose(1, 2))  # (C_i, B, C_o R), all inputs
                 mixed = self._by_output(contiguous_grad(stage1))  # (C_o, B, C_i R)
