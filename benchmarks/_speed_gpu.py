@@ -476,5 +476,5 @@ def main(args: argparse.Namespace) -> dict:
         write_generated(folder / "speed_gpu.json", payload, folder / "speed_gpu.md", md)
     else:
         write_results("speed_gpu", payload, md)
-    print("\n".join(variants_table(payload["variants"])))
+    print(md)
     return payload

@@ -17,8 +17,9 @@
 #   tools/gpu_check.sh OUT_DIR [SECONDS [PRECISION]]   # defaults: 600 s, the rows in bf16
 #   ELLA_CHECK_DATA=DATA tools/gpu_check.sh ...        # MNIST elsewhere
 #
-# OUT_DIR gets gpu.txt, cuda_tests.log, speed.log, speed_gpu.json/.md, and learned.log,
-# map.log, learned_metrics.jsonl, map_metrics.jsonl.
+# OUT_DIR gets six files (a device tool may return no more than eight): check.log (the card,
+# each step's summary and log), cuda_tests.log, speed_gpu.json and .md, and the rows'
+# learned_metrics.jsonl and map_metrics.jsonl.
 set -u
 out=${1:?usage: tools/gpu_check.sh OUT_DIR [SECONDS [PRECISION]]}
 seconds=${2:-600}
@@ -38,26 +39,27 @@ start=$(date +%s)
 { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
-  echo "cpus $(nproc)"; } | tee "$out/gpu.txt"
+  echo "cpus $(nproc)"; } 2>&1 | tee "$out/check.log"
+log() { tee -a "$out/check.log"; }
 
 timeout "$tests_s" "$py" -m pytest -q -p no:cacheprovider -m "slow or not slow" -k cuda \
     tests/data/test_variants.py tests/engine/test_host_reads.py tests/train/test_loop.py \
     >"$out/cuda_tests.log" 2>&1
-echo "cuda tests: $(tail -1 "$out/cuda_tests.log")"
+echo "cuda tests: $(tail -1 "$out/cuda_tests.log")" | log
 
 # the variants' budget leaves the matmul peaks and the profile a sixth of the step's time
 timeout "$speed_s" "$py" -m benchmarks.speed --profile gpu --device "$device" --data-dir "$data" \
-    --seconds $((speed_s * 5 / 6)) --epochs-timed 1 >"$out/speed.log" 2>&1
-echo "speed: exit status $?"
+    --seconds $((speed_s * 5 / 6)) --epochs-timed 1 2>&1 | log
+echo "speed: exit status ${PIPESTATUS[0]}" | log
 cp benchmarks/results/speed_gpu.json benchmarks/results/speed_gpu.md "$out/" 2>/dev/null
-tail -8 "$out/speed.log"
 
 left=$((seconds - ($(date +%s) - start) - 10))
 if [ "$left" -gt 30 ]; then
+  logs=()
   for model in learned map; do
     run="$(mktemp -d)/$model"
     ( timeout "$left" "$py" - "$model" "$run" "$data" "$device" "$precision" \
-        >"$out/$model.log" 2>&1 <<'EOF'
+        >"$run.log" 2>&1 <<'EOF'
 import argparse, dataclasses, sys
 from benchmarks.table3 import PROFILES, row_config
 from ella.train import train
@@ -66,13 +68,15 @@ args = argparse.Namespace(data_dir=data, seed=0, device=device)
 cfg = row_config("rotated_mnist", model == "learned", PROFILES["paper"], "full", args)
 train(dataclasses.replace(cfg, precision=precision), run)
 EOF
-      echo "exit status $? (124: stopped at ${left} s)" >>"$out/$model.log"
+      echo "exit status $? (124: stopped at ${left} s)" >>"$run.log"
       cp "$run/metrics.jsonl" "$out/${model}_metrics.jsonl" 2>/dev/null ) &
+    logs+=("$run.log")
   done
   wait
   for model in learned map; do
     epochs=0
     [ -f "$out/${model}_metrics.jsonl" ] && epochs=$(wc -l <"$out/${model}_metrics.jsonl")
-    echo "$model row: epochs finished: $epochs; $(tail -1 "$out/$model.log")"
+    echo "$model row: epochs finished: $epochs" | log
   done
+  cat "${logs[@]}" | log
 fi
