@@ -108,18 +108,24 @@ def assert_close(actual, expected, where: str = "") -> None:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_train_results_equal_the_stored_reference(name):
-    reference = json.loads(REFERENCE.read_text())
-    assert reference["cases"][name]["options"] == CASES[name]
-    expected = {k: reference["cases"][name][k] for k in ("metrics", "results")}
-    actual = run_case({**PINNED, **CASES[name]})
-    # key names of the metric rows may only grow; the reference's keys must all be there
+def assert_reproduces(reference: Path, name: str, options: dict, run_options: dict) -> None:
+    """Run case ``name`` of the stored ``reference`` file (whose options must be
+    ``options``) with ``run_options`` and compare (:func:`assert_close`); the metric rows
+    may only have gained keys, and the reference's keys must all be there."""
+    case = json.loads(reference.read_text())["cases"][name]
+    assert case["options"] == options
+    expected = {k: case[k] for k in ("metrics", "results")}
+    actual = run_case(run_options)
     for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
         for key in set(row) - set(ref_row):
             del row[key]
     assert_close(actual, expected, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_train_results_equal_the_stored_reference(name):
+    assert_reproduces(REFERENCE, name, CASES[name], {**PINNED, **CASES[name]})
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
