@@ -37,7 +37,7 @@ from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
 from ella.distributed import check_batches, current, sharded_batches
-from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_generator
 from ella.engine.schedule import make_optimizer
 from ella.ensembles.config import EnsembleConfig
 from ella.ensembles.kernels import (
@@ -260,18 +260,21 @@ class EnsembleTrainer(EpochRun):
 
     def loss(
         self, x: torch.Tensor, y: torch.Tensor, n_global: int | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The surrogate whose gradient is the particle update, and its parts.
 
         Returns:
             ``(surrogate, parts)``: ``surrogate.backward()`` leaves in every
-            member's ``.grad`` the WGD direction of the module docstring.
+            member's ``.grad`` the WGD direction of the module docstring; ``parts`` holds
+            the members' mean likelihood term (``"loss"``) and their mean number of correct
+            predictions (``"correct"``), as 0-dim tensors on the device (nothing is read
+            back to the host).
         """
         terms, logits = self.objective_terms(x, y, n_global)
         m = len(self.ensemble)
         parts = {
-            "loss": float(terms["likelihood"].detach()) / m,
-            "correct": int((logits.argmax(-1) == y).sum()) / m,
+            "loss": terms["likelihood"].detach().double() / m,
+            "correct": (logits.detach().argmax(-1) == y).sum().double() / m,
         }
         return sum(terms.values()), parts
 
@@ -291,7 +294,7 @@ class EnsembleTrainer(EpochRun):
 
     def train_epoch(self) -> dict[str, float]:
         self.ensemble.train()
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}
         seen = 0
         world, epoch = self.world, self.state.epoch
         bar = tqdm(
@@ -312,17 +315,11 @@ class EnsembleTrainer(EpochRun):
                 before_step=lambda: world.average_gradients(self.ensemble.parameters()),
             )
             seen += len(y)
-            for k, v in parts.items():  # this process's share of the global batch's sums
-                sums[k] = sums.get(k, 0.0) + (v if k == "correct" else v * n_global / world.size)
-            bar.set_postfix(loss=f"{parts['loss']:.3f}")
-        self.close_steps({})  # raise where a step's loss was not finite
-        keys = sorted(sums)
-        *totals, seen = world.sum_values(*(sums[k] for k in keys), seen)
-        sums = dict(zip(keys, totals, strict=True))
-        row = {f"train_{k}": v / seen for k, v in sums.items() if k != "correct"}
-        row["train_accuracy"] = sums["correct"] / seen
-        row["lr"] = lr
-        return row
+            # this process's share of the global batch's sums
+            add_sums(sums, loss=parts["loss"] * n_global / world.size, correct=parts["correct"])
+        totals = self.close_steps(sums)  # the epoch's one read from the device
+        loss_sum, correct, seen = world.sum_values(totals["loss"], totals["correct"], seen)
+        return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:

@@ -143,3 +143,19 @@ def test_an_epoch_on_cuda_synchronises_a_fixed_number_of_times():
 
     few, many = synchronisations(32), synchronisations(96)
     assert len(few) == len(many), f"4 steps: {few}; 12 steps: {many}"
+
+
+@pytest.mark.parametrize("method", ["de", "forde"])
+def test_an_epoch_of_an_ensemble_reads_the_device_a_fixed_number_of_times(method):
+    from tests.ensembles.test_trainer import tiny_data, trainer
+
+    def reads(n_train: int) -> Counter:
+        run = trainer(tiny_data(n_train=n_train), method=method)
+        run.train_epoch()
+        run.state.epoch += 1
+        with host_reads(optimizer_steps(run.optimizer)) as counts:
+            run.train_epoch()
+        return counts
+
+    few, many = reads(32), reads(96)
+    assert few == many, f"2 steps read {dict(few)}, 6 steps {dict(many)}"
