@@ -74,8 +74,19 @@ class InvariantClassifier(nn.Module):
         self, n_images: int, n_samples: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """(n_images * n_samples, 6) coefficients ``U[-1, 1]``, zero for inactive generators."""
-        eps = torch.rand(n_images * n_samples, len(GENERATORS), generator=generator) * 2 - 1
-        return eps.to(self.mask.device) * self.mask
+        return self.sample_eps_batches([n_images], n_samples, generator)[0]
+
+    def sample_eps_batches(
+        self, sizes: list[int], n_samples: int, generator: torch.Generator | None = None
+    ) -> list[torch.Tensor]:
+        """:meth:`sample_eps` for batches of ``sizes`` images in turn, drawn on the CPU and
+        moved to the model's device in one copy (the draws that calling it batch by batch
+        makes)."""
+        draws = [
+            torch.rand(n * n_samples, len(GENERATORS), generator=generator) * 2 - 1 for n in sizes
+        ]
+        eps = torch.cat(draws).to(self.mask.device) * self.mask
+        return list(eps.split([n * n_samples for n in sizes]))
 
     def transform(self, x: torch.Tensor, eps: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
         """The ``S`` transformed copies of each image, image-major: (B S, C, H, W)."""

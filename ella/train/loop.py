@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,13 +265,24 @@ class Trainer(EpochRun):
             return {}
         return eta_as_dict(self.model.eta * self.model.mask)
 
-    def predict_train(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Training-mode logits; transformation samples come from ``generator``."""
+    def predict_train(self, x: torch.Tensor, eps: torch.Tensor | None) -> torch.Tensor:
+        """Training-mode logits; an invariant model averages over the transformations
+        ``eps`` (:meth:`epoch_transformations`)."""
         if not self.invariant:
             return self.train_model(x)
-        eps = self.model.sample_eps(len(x), self.config.invariance_samples, generator)
         eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
-        return self.model(x, eps=eps.to(x.device), eta=eta)
+        return self.model(x, eps=eps, eta=eta)
+
+    def epoch_transformations(self, epoch: int) -> Iterator[torch.Tensor | None]:
+        """The transformation samples of ``epoch``'s batches in turn, drawn up front from the
+        epoch's generator (the draws of drawing them batch by batch) and moved to the device
+        in one copy; Nones for a model that is not invariant."""
+        if not self.invariant:
+            return itertools.repeat(None)
+        generator = epoch_generator(self.config.seed, epoch, Stream.TRANSFORMATIONS)
+        sizes = [len(b) for b in torch.arange(self.n_train).split(self.config.batch_size)]
+        samples = self.config.invariance_samples
+        return iter(self.model.sample_eps_batches(sizes, samples, generator))
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:
@@ -304,7 +316,7 @@ class Trainer(EpochRun):
         cfg, model, world = self.config, self.model, self.world
         model.train()
         epoch = self.state.epoch
-        eps_generator = epoch_generator(cfg.seed, epoch, Stream.TRANSFORMATIONS)
+        transformations = self.epoch_transformations(epoch)
         batches = sharded_batches(
             self.train_tensors,
             cfg.batch_size,
@@ -322,7 +334,7 @@ class Trainer(EpochRun):
                 x, y = x.to(self.device), y.to(self.device)
                 lr = self.set_lr(self.optimizer)
                 with self.steps.autocast():
-                    logits = self.predict_train(x, eps_generator).float()
+                    logits = self.predict_train(x, next(transformations)).float()
                     data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
                 loss = data_loss
                 if augerino:  # Benton et al. 2020: reward wider ranges

@@ -73,15 +73,16 @@ def train_epoch_reads(train_size: int, **options) -> Counter:
     trainer = Trainer(config, "unused")
     trainer.train_epoch()  # the first epoch sets the caches (the prior's scales)
     trainer.state.epoch += 1
-    with host_reads(optimizer_steps(trainer.optimizer)) as counts:
+    optimizers = [o for o in (trainer.optimizer, trainer.eta_optimizer) if o is not None]
+    with host_reads([s for o in optimizers for s in optimizer_steps(o)]) as counts:
         trainer.train_epoch()
     return counts
 
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"augment": "c4", "learn_priors": False}],
-    ids=["defaults", "c4-map"],
+    [{}, {"augment": "c4", "learn_priors": False}, {"invariance": "augerino", "augment": "none"}],
+    ids=["defaults", "c4-map", "augerino"],
 )
 def test_an_epoch_of_ella_train_reads_the_device_a_fixed_number_of_times(options):
     few, many = train_epoch_reads(32, **options), train_epoch_reads(96, **options)
