@@ -40,14 +40,17 @@ def evaluate_batches(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total, correct, n = 0.0, 0, 0
+    # summed on the device in float64 (as Python floats would be) and read once
+    sums = torch.zeros(2, dtype=torch.float64, device=device)
+    n = 0
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         outputs = model(x)
-        total += float(sum_loss(outputs, y))
+        sums[0] += sum_loss(outputs, y).double()
         if classification:
-            correct += int((outputs.argmax(1) == y).sum())
+            sums[1] += (outputs.argmax(1) == y).sum()
         n += len(y)
+    total, correct = sums.tolist()
     total, correct, n = world.sum_values(total, correct, n)
     model.train(was_training)
     if not classification:
