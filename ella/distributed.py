@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 from ella.errors import ConfigError, DistributedError, EllaError
 
 __all__ = [
+    "batch_sizes",
     "ONE_PROCESS",
     "ShardLoader",
     "ShardedBatchSampler",
@@ -365,6 +366,11 @@ def global_batches(n: int, batch_size: int, generator: torch.Generator) -> list[
     draws the same."""
     torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed
     return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+def batch_sizes(n: int, batch_size: int) -> list[int]:
+    """The sizes of the batches of :func:`global_batches` (the last one shorter)."""
+    return [min(batch_size, n - start) for start in range(0, n, batch_size)]
 
 
 def sharded_batches(

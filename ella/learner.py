@@ -273,6 +273,7 @@ class PriorLearner:
         self.data_parallel = data_parallel
         self.mean = PriorMean.parse(mean, "prior mean")
         #: the prior's mean of every trainable parameter (n_params,), or None (zero)
+        self._params: list[nn.Parameter] | None = None  # _trainable()
         self.prior_mean: torch.Tensor | None = (
             self._trainable_vector().detach().clone() if self.mean is PriorMean.INIT else None
         )
@@ -298,7 +299,6 @@ class PriorLearner:
         self.history: list[float] = []
         self.gaps: list[float] = []
         self._diagonal: tuple[int, torch.Tensor] | None = None  # (version of log_prior, diag)
-        self._params: list[nn.Parameter] | None = None  # _trainable()
         #: (version of log_prior, per-tensor precisions, per-tensor delta / N as floats)
         self._scales: tuple[int, torch.Tensor, list[float]] | None = None
 
@@ -338,7 +338,7 @@ class PriorLearner:
         return self._diagonal[1]
 
     def _trainable_vector(self) -> torch.Tensor:
-        return parameters_to_vector(p for p in self.model.parameters() if p.requires_grad)
+        return parameters_to_vector(self._trainable())
 
     def penalty(self) -> torch.Tensor:
         """``1/2 sum_i delta_i (theta_i - mu_i)^2 / N`` (``mu`` the prior mean, zero by

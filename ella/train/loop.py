@@ -45,6 +45,7 @@ from ella.data.transforms import apply_augmentation, draw_augmentation
 from ella.distributed import (
     ONE_PROCESS,
     World,
+    batch_sizes,
     check_batches,
     current,
     data_parallel,
@@ -280,7 +281,7 @@ class Trainer(EpochRun):
         if not self.invariant:
             return itertools.repeat(None)
         generator = epoch_generator(self.config.seed, epoch, Stream.TRANSFORMATIONS)
-        sizes = [len(b) for b in torch.arange(self.n_train).split(self.config.batch_size)]
+        sizes = batch_sizes(self.n_train, self.config.batch_size)
         samples = self.config.invariance_samples
         return iter(self.model.sample_eps_batches(sizes, samples, generator))
 
@@ -327,7 +328,10 @@ class Trainer(EpochRun):
         sums: dict[str, torch.Tensor] = {}
         seen = 0
         records_trace = self.subset_control() is SubsetControl.TRAINING
-        trace = torch.zeros(self.n_train, dtype=torch.float64, device=self.train_tensors[1].device)
+        device = self.train_tensors[1].device
+        trace = (
+            torch.zeros(self.n_train, dtype=torch.float64, device=device) if records_trace else None
+        )
         augerino = [self.eta_optimizer] if cfg.invariance == "augerino" else []
         with self.steps.arithmetic():
             for x, y, n_batch, index in batches:  # this process's part of a global batch
@@ -378,7 +382,7 @@ class Trainer(EpochRun):
         if cfg.augment == "none":
             return None
         generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
-        sizes = [len(b) for b in torch.arange(self.n_train).split(cfg.batch_size)]
+        sizes = batch_sizes(self.n_train, cfg.batch_size)
         draws = [draw_augmentation(cfg.augment, n, generator, cfg.augment_shift) for n in sizes]
         params = iter(torch.cat(draws).to(self.train_tensors[0].device).split(sizes))
 
