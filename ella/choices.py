@@ -109,6 +109,9 @@ class PathName(Choice):
     FC = "fc"
     CONV = "conv"
     GCONV = "gconv"
+    #: the CONV residual: a convolution with its group-equivariant part removed
+    #: (:class:`~ella.nn.ResidualConvPath`); with ``gconv`` it spans what ``conv`` does
+    RESIDUAL = "residual"
 
 
 class LayerGroup(Choice):

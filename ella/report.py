@@ -16,7 +16,7 @@ from ella.marglik import (
     effective_parameters,
     relative_effective,
 )
-from ella.nn import PATH_NAMES
+from ella.nn import ALL_PATH_NAMES, path_columns
 
 
 def effective_parameter_report(
@@ -61,7 +61,7 @@ def share_summary(layers: list[dict]) -> dict[str, float]:
             :func:`ella.marglik.relative_effective`).
     """
     out: dict[str, float] = {}
-    for p in PATH_NAMES if layers else ():
+    for p in path_columns(layers[0]) if layers else ():
         values = [row[p] for row in layers]
         out[p] = sum(values) / len(values)
         out[f"{p}_min"], out[f"{p}_max"] = min(values), max(values)
@@ -81,7 +81,7 @@ def mean_shares(
 def layer_mean_shares(layers: list[dict]) -> dict[str, float]:
     """:func:`share_summary` of ``layers`` without the ranges: the mean share per path."""
     summary = share_summary(layers)
-    return {p: summary[p] for p in PATH_NAMES if p in summary}
+    return {p: summary[p] for p in ALL_PATH_NAMES if p in summary}
 
 
 def convergence_line(convergence: dict) -> str:
@@ -105,12 +105,18 @@ def shares_history_line(history: list[dict], points: int = 5) -> str:
     """The mean shares at up to ``points`` evidence rounds, evenly spaced from the first to
     the last: ``shares by round (FC/CONV/GCONV %): epoch 4 33/33/33, ..., epoch 80 3/70/28``."""
     picks = sorted({round(i * (len(history) - 1) / (points - 1)) for i in range(points)})
+    columns = path_columns(history[-1])
     steps = ", ".join(
         f"epoch {history[i]['epoch']} "
-        + "/".join(f"{history[i][p]:.0f}" if p in history[i] else "-" for p in PATH_NAMES)
+        + "/".join(f"{history[i][p]:.0f}" if p in history[i] else "-" for p in columns)
         for i in picks
     )
-    return f"shares by evidence round (FC/CONV/GCONV %): {steps}"
+    return f"shares by evidence round ({_names(columns)} %): {steps}"
+
+
+def _names(columns: tuple[str, ...]) -> str:
+    """``FC/CONV/GCONV`` (and ``/RESIDUAL``) for the table's path columns."""
+    return "/".join(p.upper() for p in columns)
 
 
 def relative_rows(layers: list[dict]) -> list[dict] | None:
@@ -124,7 +130,7 @@ def relative_rows(layers: list[dict]) -> list[dict] | None:
 def _ranges(summary: dict[str, float]) -> str:
     """``range fc 0-3, conv 20-30, gconv 70-78`` from a :func:`share_summary`."""
     return "range " + ", ".join(
-        f"{p} {summary[p + '_min']:.0f}-{summary[p + '_max']:.0f}" for p in PATH_NAMES
+        f"{p} {summary[p + '_min']:.0f}-{summary[p + '_max']:.0f}" for p in path_columns(summary)
     )
 
 
@@ -134,33 +140,40 @@ def format_table(results: dict) -> str:
     :func:`ella.marglik.relative_effective`), the priors' convergence and the shares by
     evidence round."""
     rows = results["effective_parameters"]
+    columns = path_columns(rows[0]) if rows else ()
+    widths = [max(7, len(p) + 4) for p in columns]
+    names = "/".join(columns)
+    effective, variance = f"effective ({names})", f"prior variance ({names})"
+    width_e, width_v = max(30, len(effective) + 2), max(32, len(variance) + 2)
     head = (
-        f"{'layer':<9}{'FC %':>7}{'CONV %':>8}{'GCONV %':>9}   "
-        f"{'effective (fc/conv/gconv)':<30}{'prior variance (fc/conv/gconv)':<32}"
+        f"{'layer':<9}"
+        + "".join(f"{p.upper() + ' %':>{w}}" for p, w in zip(columns, widths, strict=True))
+        + f"   {effective:<{width_e}}{variance:<{width_v}}"
     )
     lines = [head, "-" * len(head)] if rows else []  # no relaxed layers: no table
 
     def triple(values: dict, fmt: str) -> str:
-        return "/".join(format(values[p], fmt) if p in values else "-" for p in PATH_NAMES)
+        return "/".join(format(values[p], fmt) if p in values else "-" for p in columns)
+
+    def shares(values: dict) -> str:
+        return "".join(f"{values[p]:>{w}.1f}" for p, w in zip(columns, widths, strict=True))
 
     for r in rows:
+        counts = triple(r["effective"], ".0f") + " of " + str(sum(r["parameters"].values()))
         lines.append(
-            f"{r['layer']:<9}{r['fc']:>7.1f}{r['conv']:>8.1f}{r['gconv']:>9.1f}   "
-            f"{triple(r['effective'], '.0f') + ' of ' + str(sum(r['parameters'].values())):<30}"
-            f"{triple(r['prior_variance'], '.3g'):<32}"
+            f"{r['layer']:<9}{shares(r)}   {counts:<{width_e}}"
+            f"{triple(r['prior_variance'], '.3g'):<{width_v}}"
         )
     if rows:
         s = share_summary(rows)
         lines.append("-" * len(head))
-        lines.append(
-            f"{'mean':<9}{s['fc']:>7.1f}{s['conv']:>8.1f}{s['gconv']:>9.1f}   " + _ranges(s)
-        )
+        lines.append(f"{'mean':<9}{shares(s)}   " + _ranges(s))
     relative = relative_rows(rows)
     if relative:
         rel = share_summary(relative)
         lines.append(
             "relative effective parameters (the paper's Table 3 measure: per parameter of "
-            f"each path), mean FC/CONV/GCONV %: {triple(rel, '.0f')}, {_ranges(rel)}"
+            f"each path), mean {_names(columns)} %: {triple(rel, '.0f')}, {_ranges(rel)}"
         )
     if results.get("eta"):
         extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())
@@ -213,7 +226,7 @@ def save_figure(results: dict, path: str | Path) -> Path:
 
     rows = results["effective_parameters"]
     names = [r["layer"] for r in rows]
-    colors = {"fc": "#d95f02", "conv": "#7570b3", "gconv": "#1b9e77"}
+    colors = {"fc": "#d95f02", "conv": "#7570b3", "gconv": "#1b9e77", "residual": "#e7298a"}
     panels = [("share of effective parameters [%]", rows)]
     relative = relative_rows(rows)
     if relative:
@@ -222,7 +235,7 @@ def save_figure(results: dict, path: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.5), squeeze=False)
     for ax, (label, values_of) in zip(axes[0], panels, strict=True):
         bottom = [0.0] * len(rows)
-        for p in PATH_NAMES:
+        for p in path_columns(rows[0]) if rows else ():
             values = [v[p] for v in values_of]
             ax.bar(names, values, bottom=bottom, color=colors[p], label=p.upper())
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]

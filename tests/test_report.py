@@ -46,3 +46,25 @@ def test_null_model_line_only_where_the_class_frequencies_have_more_evidence():
     assert null_model_line({**results, "config": {"learn_priors": False}}) is None  # MAP
     del results["class_frequency_log_evidence"]  # a run from before it was recorded
     assert null_model_line(results) is None
+
+
+def test_the_table_has_a_residual_column_where_the_layers_have_that_path():
+    from ella.report import format_table
+
+    row = {
+        "layer": "layer1",
+        **layer(0.0, 0.0, 40.0),
+        "residual": 60.0,
+        "effective": {"fc": 0.0, "conv": 0.0, "gconv": 4.0, "residual": 6.0},
+        "parameters": {"fc": 0, "conv": 0, "gconv": 10, "residual": 30},
+        "prior_variance": {"gconv": 1.0, "residual": 0.25},
+    }
+    lines = format_table({"effective_parameters": [row]}).splitlines()
+    assert lines[0].split()[:6] == ["layer", "FC", "%", "CONV", "%", "GCONV"]
+    assert "RESIDUAL %" in lines[0] and "(fc/conv/gconv/residual)" in lines[0]
+    assert lines[2].split()[:5] == ["layer1", "0.0", "0.0", "40.0", "60.0"]
+    assert "0/0/4/6 of 40" in lines[2] and "-/-/1/0.25" in lines[2]
+    assert "residual 60-60" in lines[-1]
+    paper = {**row, "effective": {"fc": 1.0, "conv": 1.0, "gconv": 1.0}}
+    del paper["residual"]
+    assert "RESIDUAL" not in format_table({"effective_parameters": [paper]})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ella.nn import PATH_NAMES
+from ella.nn import ALL_PATH_NAMES, path_columns
 
 
 def effective_parameters(eigenvalues: torch.Tensor, delta: float | torch.Tensor) -> float:
@@ -23,7 +23,7 @@ def effective_parameters(eigenvalues: torch.Tensor, delta: float | torch.Tensor)
 def split_name(group: str) -> tuple[str, str | None]:
     """``"layer3.gconv"`` -> ``("layer3", "gconv")``; ``"head.0"`` -> ``("head.0", None)``."""
     layer, _, last = group.rpartition(".")
-    if last in PATH_NAMES:
+    if last in ALL_PATH_NAMES:
         return layer or "layer", last
     return group, None
 
@@ -44,13 +44,15 @@ def aggregate(
 
     Returns:
         ``(layers, others)``: one row per relaxed layer with ``layer``, the
-        shares ``fc``/``conv``/``gconv`` in percent (absent paths 0),
+        shares ``fc``/``conv``/``gconv`` in percent (absent paths 0; ``residual`` too
+        where a layer has that path, :func:`~ella.nn.path_columns`),
         ``effective`` and ``parameters`` per path, and ``prior_variance`` per
         path (parameter-weighted mean of ``1/delta``); and one row per other
         module with its totals.
     """
     rows: dict[str, dict] = {}
     others: dict[str, dict] = {}
+    columns = path_columns(split_name(group)[1] for group in groups)
     for group, eff, size, prec in zip(groups, effective, sizes, precisions, strict=True):
         layer, path = split_name(group)
         if path is None:
@@ -65,9 +67,9 @@ def aggregate(
             layer,
             {
                 "layer": layer,
-                "effective": dict.fromkeys(PATH_NAMES, 0.0),
-                "parameters": dict.fromkeys(PATH_NAMES, 0),
-                "_var": dict.fromkeys(PATH_NAMES, 0.0),
+                "effective": dict.fromkeys(columns, 0.0),
+                "parameters": dict.fromkeys(columns, 0),
+                "_var": dict.fromkeys(columns, 0.0),
             },
         )
         row["effective"][path] += eff
@@ -75,11 +77,11 @@ def aggregate(
         row["_var"][path] += size / prec
     for row in rows.values():
         total = sum(row["effective"].values())
-        for path in PATH_NAMES:
+        for path in columns:
             row[path] = 100.0 * row["effective"][path] / total if total > 0 else 0.0
         row["total_effective"] = total
         row["prior_variance"] = {
-            p: row["_var"][p] / row["parameters"][p] for p in PATH_NAMES if row["parameters"][p]
+            p: row["_var"][p] / row["parameters"][p] for p in columns if row["parameters"][p]
         }
         del row["_var"]
     for row in others.values():
@@ -126,13 +128,12 @@ def relative_effective(
         totals[0] += eff
         totals[1] += size
     out: dict[str, dict[str, float]] = {}
+    columns = path_columns(split_name(group)[1] for group in groups)
     for layer, paths in stages.items():
         value = {
             path: sum(eff / size for eff, size in by_stage.values()) / len(by_stage)
             for path, by_stage in paths.items()
         }
         total = sum(value.values())
-        out[layer] = {
-            p: 100.0 * value.get(p, 0.0) / total if total > 0 else 0.0 for p in PATH_NAMES
-        }
+        out[layer] = {p: 100.0 * value.get(p, 0.0) / total if total > 0 else 0.0 for p in columns}
     return out

@@ -47,7 +47,7 @@ from ella.errors import EvidenceError
 from ella.groups import Group
 from ella.marglik.laplace_internals import mark_permuted, own_copies
 from ella.marglik.support import UnsupportedModuleError, check_supported
-from ella.nn.paths import FCPath, GConvPath, adds_filters, fusable_paths
+from ella.nn.paths import FCPath, GConvPath, ResidualConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
 
 __all__ = ["NativeGGN", "curvature_blocks", "stratified_root"]
@@ -296,16 +296,20 @@ class _ConvPathsBlock:
     * Input: one ``A_0 = sum a a^T / L`` over the lifted input's patches (``G C_in k^2``
       rows). The CONV path's filter multiplies exactly these rows; a full GCONV
       filter multiplies, for output copy ``h``, the rows with copies permuted, so
-      ``A = sum_h P_h A_0 P_h^T`` (KFAC-expand over the copies).
+      ``A = sum_h P_h A_0 P_h^T`` (KFAC-expand over the copies); so does a residual
+      filter.
     * Output: the convolution's output gradient ``g`` (B, G C_out, H, W) -- with
       stride 1 the paths' outputs are summed before the layer's scaling, so every
       path has this gradient; with stride 2 each path has its own channels. The
       CONV path's ``B`` sums ``g g^T`` over positions (``G C_out`` rows); a GCONV
-      path's ``B`` sums over positions and group copies (``C_out`` rows).
+      path's ``B`` sums over positions and group copies (``C_out`` rows); a residual
+      path's sums over positions and copies ``h`` the rows ``E[h, m] g[h]``
+      (``(G - 1) C_out`` rows, :class:`~ella.nn.ResidualConvPath`).
 
     Args:
         owner: the module whose ``_capture`` :func:`convolve_paths` fills (a
-            :class:`~ella.nn.RelaxedLayer`, or a lone :class:`~ella.nn.GConvPath`).
+            :class:`~ella.nn.RelaxedLayer`, or a lone :class:`~ella.nn.GConvPath` or
+            :class:`~ella.nn.ResidualConvPath`).
         paths: the fused paths, in forward order.
         trainable: which of them get blocks (a frozen path has none).
     """
@@ -337,6 +341,11 @@ class _ConvPathsBlock:
             if isinstance(path, GConvPath):  # group copies are extra rows
                 m, _, h, w = g.shape
                 g = g.reshape(m * path.group.order, path.out_channels, h, w)
+            elif isinstance(path, ResidualConvPath):  # copies as rows, weighted by E[h, :]
+                m, _, h, w = g.shape
+                g = g.reshape(m, path.group.order, 1, path.out_channels, h, w)
+                g = g * path.basis[None, :, :, None, None, None]
+                g = g.reshape(m * path.group.order, -1, h, w)
             factors.append(_channel_outer_sum(g, None if into is None else into[len(factors)]))
         return factors
 
@@ -346,7 +355,7 @@ class _ConvPathsBlock:
         a0, length = input_factor(self.paths[0].conv, z.reshape(m, g * c, h, w))
         a0 = a0 / length
         sums = [
-            _permuted_sum(a0, path.gather) if isinstance(path, GConvPath) else a0
+            _permuted_sum(a0, path.gather) if isinstance(path, GConvPath | ResidualConvPath) else a0
             for path, keep in zip(self.paths, self.trainable, strict=True)
             if keep
         ]
@@ -469,7 +478,9 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
     for name, m in model.named_modules():
         if id(m) in handled:
             continue
-        lone_gconv = isinstance(m, GConvPath) and m.mode == "full" and id(m) not in fused
+        lone_gconv = (
+            isinstance(m, ResidualConvPath) or (isinstance(m, GConvPath) and m.mode == "full")
+        ) and id(m) not in fused
         if isinstance(m, RelaxedLayer) or lone_gconv:
             paths = fusable_paths(m.paths.values() if isinstance(m, RelaxedLayer) else [m])
             keep = [bool(trainable_in(p)) for p in paths]

@@ -31,12 +31,24 @@ class ModelOptions(Protocol):
 
 def check_mixer_options(config: ModelOptions) -> None:
     """Refuse, before any work, mixer options that cannot go together (ConfigError):
-    ``fc_rank`` above 1 without the factorised FC path, and ``zero_init`` naming every
-    path of a mixed network."""
+    ``fc_rank`` above 1 without the factorised FC path, the CONV and residual paths
+    together, a residual path on the trivial group, and ``zero_init`` naming every path
+    of a mixed network."""
     if config.fc_rank > 1 and config.fc_mode != "factorized":
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
             f"{config.fc_mode} has none: use --fc-mode factorized or --fc-rank 1"
+        )
+    if "conv" in config.paths and "residual" in config.paths:
+        raise ConfigError(
+            f"--paths {' '.join(config.paths)}: conv and residual together are redundant "
+            "(the residual is the part of a CONV path that breaks the group's symmetry); "
+            "use --paths gconv residual, or conv gconv for the paper's paths"
+        )
+    if "residual" in config.paths and config.group == "trivial":
+        raise ConfigError(
+            "--paths residual needs a group (--group C4 or D4): on the trivial group every "
+            "convolution is equivariant and there is nothing for a residual to break"
         )
     if len(config.paths) > 1 and set(config.paths) <= set(config.zero_init):
         raise ConfigError(

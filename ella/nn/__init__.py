@@ -1,11 +1,12 @@
-"""Drop-in layers with FC, CONV and GCONV paths on lifted tensors (B, |G|, C, H, W)."""
+"""Drop-in layers with FC, CONV, GCONV and residual paths on lifted tensors (B, |G|, C, H, W)."""
 
 from ella.nn.downsample import PolyphaseDownsample, polyphase_downsample
 from ella.nn.lift import GroupPool, Lift
-from ella.nn.paths import ConvPath, FCPath, GConvPath, Path, per_module_calls
-from ella.nn.relaxed import PATH_NAMES, RelaxedLayer
+from ella.nn.paths import ConvPath, FCPath, GConvPath, Path, ResidualConvPath, per_module_calls
+from ella.nn.relaxed import ALL_PATH_NAMES, PATH_NAMES, RelaxedLayer, path_columns
 
 __all__ = [
+    "ALL_PATH_NAMES",
     "PATH_NAMES",
     "ConvPath",
     "FCPath",
@@ -15,6 +16,8 @@ __all__ = [
     "Path",
     "PolyphaseDownsample",
     "RelaxedLayer",
+    "ResidualConvPath",
+    "path_columns",
     "per_module_calls",
     "polyphase_downsample",
 ]

@@ -310,6 +310,115 @@ class GConvPath(Path):
         return f"{super().extra_repr()}, mode={self.mode}"
 
 
+def residual_basis(order: int) -> torch.Tensor:
+    """An orthonormal basis (|G|, |G| - 1) of the functions on the group's elements that sum
+    to zero: column ``m`` is the Helmert contrast of the first ``m + 1`` elements against
+    element ``m + 1``. Orthogonal to the constant function, so a filter that varies with the
+    output copy only along these columns has zero group average."""
+    if order < 2:
+        raise ValueError(
+            "a residual path needs a group of order 2 or more: on the trivial group every "
+            "convolution is equivariant and there is nothing left to break; use paths "
+            "('conv',) or a group such as 'C4'"
+        )
+    basis = torch.zeros(order, order - 1, dtype=torch.float64)
+    for m in range(order - 1):
+        basis[: m + 1, m] = 1.0
+        basis[m + 1, m] = -(m + 1.0)
+        basis[:, m] /= math.sqrt((m + 1.0) * (m + 2.0))
+    return basis.to(torch.get_default_dtype())
+
+
+class ResidualConvPath(Path):
+    r"""Residual path: the part of a CONV path that breaks the group's symmetry, and only it.
+
+    In the lifted representation the group permutes the copies, and a CONV filter
+    ``W[h, j]`` (output copy ``h``, input copy ``j``) is equivariant exactly when the block
+    ``V[h, k] = W[h, k h]`` does not depend on ``h``: that is a full GCONV
+    (:class:`GConvPath`). This path parameterises the rest,
+
+    .. math::
+
+        V[h, k] = \sum_{m=1}^{|G|-1} E[h, m]\, \theta_m[k],
+
+    with :func:`residual_basis` ``E`` orthonormal and orthogonal to the constant, so the
+    filter's group average ``\frac{1}{|G|} \sum_h V[h, k]`` is zero: this path adds nothing
+    equivariant, and a GCONV path plus this one span exactly the CONV maps (an orthonormal
+    change of basis of the CONV filter, so an isotropic prior on the CONV weight is one on
+    both). A prior variance of this path that goes to zero leaves the layer exactly
+    equivariant; its share reads as how much the layer breaks the symmetry.
+
+    ``theta`` is one ``Conv2d(G C_in, (G - 1) C_out)`` applied, as in a full GCONV, to the
+    input copies gathered in the order ``k h`` for each output copy ``h`` (copies folded
+    into the batch); output copy ``h`` then sums its ``G - 1`` outputs weighted by
+    ``E[h, :]``. The Kronecker factors are those of that ``Conv2d`` with the copies as
+    extra rows (KFAC-expand), its output gradients weighted by ``E``. Outside
+    :func:`per_module_calls` it runs as the equivalent filter over the lifted channels
+    (:meth:`lifted_filter`), added to the layer's other convolutions
+    (:func:`convolve_paths`).
+
+    Parameters: ``(G - 1) (G C_in C_out k^2 + C_out)``, as many as a CONV path less a full
+    GCONV path.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        image_size: int | tuple[int, int],
+        group: str | Group = "C4",
+        kernel_size: int = 3,
+        stride: int = 1,
+        downsample: Downsampling | str = Downsampling.POLYPHASE,
+    ):
+        super().__init__(in_channels, out_channels, image_size, group, stride, downsample)
+        k = _check_kernel(kernel_size)
+        g = self.group.order
+        self.register_buffer("basis", residual_basis(g), persistent=False)
+        self.conv = _init_conv(
+            nn.Conv2d(
+                g * in_channels, (g - 1) * out_channels, k, padding=k // 2, padding_mode="circular"
+            )
+        )
+        table = self.group.cayley_table
+        self.register_buffer("gather", table.t().contiguous(), persistent=False)
+        self.register_buffer("expand", torch.argsort(self.gather, dim=1), persistent=False)
+        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
+        self._capture: dict[str, torch.Tensor] | None = None
+
+    def output_parameters(self) -> list[nn.Parameter]:
+        return [self.conv.weight, self.conv.bias]
+
+    def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight (G C_out, G C_in, k, k) and bias (G C_out) over the lifted channels:
+        block ``[h, j]`` is ``V[h, k]`` for ``j = k h``."""
+        w = self.conv.weight  # ((G-1) C_out, G C_in, k, k), input blocks indexed by k
+        g, c_out = self.group.order, self.out_channels
+        theta = w.reshape(g - 1, c_out, g, -1, *w.shape[-2:])  # (m, o, k, i, kh, kw)
+        v = torch.einsum("hm,mokixy->hokixy", self.basis, theta)  # (h, o, k, i, kh, kw)
+        lifted = torch.gather(
+            v, 2, self.expand.view(g, 1, g, 1, 1, 1).expand(-1, *v.shape[1:])
+        )  # block [h, j] = V[h, expand[h, j]]
+        bias = self.basis @ self.conv.bias.reshape(g - 1, c_out)  # (h, o)
+        return lifted.reshape(g * c_out, -1, *w.shape[-2:]), bias.reshape(-1)
+
+    def mix_outputs(self, y: torch.Tensor) -> torch.Tensor:
+        """The module's outputs (B G, (G - 1) C_out, H, W) as the path's
+        (B, G, C_out, H, W): output copy ``h`` is ``sum_m E[h, m] y[h, m]``."""
+        bg, _, h, w = y.shape
+        g = self.group.order
+        y = y.reshape(bg // g, g, g - 1, self.out_channels, h, w)
+        return torch.einsum("bhmoxy,hm->bhoxy", y, self.basis)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        self.check_input(z)
+        b, g, c, h, w = z.shape
+        if fusable_paths([self]):  # outside per_module_calls
+            return convolve_paths(z, [self], self._capture)
+        z = z.index_select(1, self.gather.flatten()).reshape(b * g, g * c, h, w)
+        return self._downsample(self.mix_outputs(self.conv(z)))
+
+
 class FCPath(Path):
     """FC path: a fully connected map between whole feature maps.
 
@@ -442,8 +551,12 @@ class FCPath(Path):
         return f"{super().extra_repr()}, mode={self.mode}{rank}"
 
 
-def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:
-    """The CONV and full GCONV paths among ``paths`` that :func:`convolve_paths` can run
+#: the paths whose convolutions :func:`convolve_paths` can run as one
+FusedPath = ConvPath | GConvPath | ResidualConvPath
+
+
+def fusable_paths(paths: Iterable[Path]) -> list[FusedPath]:
+    """The CONV, full GCONV and residual paths among ``paths`` that :func:`convolve_paths` can run
     as one convolution: all of them, unless their convolutions differ in kernel, padding,
     dilation or bias or are no ``Conv2d`` (only if changed by hand), or inside
     :func:`per_module_calls`."""
@@ -452,7 +565,8 @@ def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:
     chosen = [
         p
         for p in paths
-        if isinstance(p, ConvPath) or (isinstance(p, GConvPath) and p.mode == "full")
+        if isinstance(p, ConvPath | ResidualConvPath)
+        or (isinstance(p, GConvPath) and p.mode == "full")
     ]
     if not all(isinstance(p.conv, nn.Conv2d) for p in chosen):  # a path rebuilt by hand
         return []
@@ -465,7 +579,7 @@ def fusable_paths(paths: Iterable[Path]) -> list[ConvPath | GConvPath]:
     return chosen
 
 
-def adds_filters(paths: list[ConvPath | GConvPath]) -> bool:
+def adds_filters(paths: list[FusedPath]) -> bool:
     """Whether :func:`convolve_paths` adds the paths' filters (stride 1, or one path) and
     returns their summed output, rather than stacking them (stride 2)."""
     return len(paths) == 1 or paths[0].stride == 1
@@ -473,14 +587,15 @@ def adds_filters(paths: list[ConvPath | GConvPath]) -> bool:
 
 def convolve_paths(
     z: torch.Tensor,
-    paths: list[ConvPath | GConvPath],
+    paths: list[FusedPath],
     capture: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The sum of the outputs of CONV and full GCONV paths on the same input, from one
-    convolution over the lifted channels.
+    """The sum of the outputs of CONV, full GCONV and residual paths on the same input, from
+    one convolution over the lifted channels.
 
     Every such path is a ``Conv2d`` from the ``G C_in`` lifted input channels to ``G
-    C_out`` channels (:meth:`ConvPath.lifted_filter`, :meth:`GConvPath.lifted_filter`).
+    C_out`` channels (:meth:`ConvPath.lifted_filter`, :meth:`GConvPath.lifted_filter`,
+    :meth:`ResidualConvPath.lifted_filter`).
     With stride 1 their filters are added (a convolution is linear in its filter, so
     ``conv(z, W_1) + conv(z, W_2) = conv(z, W_1 + W_2)``: half the work of two
     convolutions); with stride 2 they are stacked along the output channels and each

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -17,13 +17,23 @@ from ella.nn.paths import (
     FCPath,
     GConvMode,
     GConvPath,
+    ResidualConvPath,
     convolve_paths,
     fusable_paths,
 )
 from ella.testing import equivariance_errors
 
-#: Path names, in the order a layer holds them.
-PATH_NAMES: tuple[str, ...] = PathName.values()
+#: The paper's paths, in the order a layer holds them: a layer's default.
+PATH_NAMES: tuple[str, ...] = ("fc", "conv", "gconv")
+#: Every path name, in the order a layer holds them: the paper's, then the residual.
+ALL_PATH_NAMES: tuple[str, ...] = PathName.values()
+
+
+def path_columns(present: Iterable[str]) -> tuple[str, ...]:
+    """The paths a table of shares shows: the paper's three always, and the residual
+    where ``present`` names it."""
+    present = set(present)
+    return PATH_NAMES + tuple(p for p in ALL_PATH_NAMES if p not in PATH_NAMES and p in present)
 
 
 def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
@@ -32,13 +42,19 @@ def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
         paths = (paths,)
     paths = tuple(paths)
     if not paths:
-        raise ValueError(f"a layer needs at least one path; choose from {PATH_NAMES}")
-    unknown = [p for p in paths if p not in PATH_NAMES]
+        raise ValueError(f"a layer needs at least one path; choose from {ALL_PATH_NAMES}")
+    unknown = [p for p in paths if p not in ALL_PATH_NAMES]
     if unknown:
-        raise ValueError(f"unknown path name(s) {unknown}; choose from {PATH_NAMES}")
+        raise ValueError(f"unknown path name(s) {unknown}; choose from {ALL_PATH_NAMES}")
     if len(set(paths)) != len(paths):
         raise ValueError(f"path names must not repeat, got {paths}")
-    return tuple(p for p in PATH_NAMES if p in paths)
+    if "conv" in paths and "residual" in paths:
+        raise ValueError(
+            "paths 'conv' and 'residual' together are redundant (the residual is part of "
+            "the CONV path); use ('gconv', 'residual') for a layer whose symmetry-breaking "
+            "part has its own prior, or ('conv', 'gconv') for the paper's"
+        )
+    return tuple(p for p in ALL_PATH_NAMES if p in paths)
 
 
 def check_zero_init(zero_init: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
@@ -92,7 +108,10 @@ class RelaxedLayer(nn.Module):
         out_channels: channels per group copy of the output.
         image_size: input size ``S`` or ``(H, W)``.
         group: a :class:`~ella.groups.Group` or its name (``"trivial"``, ``"C4"``, ``"D4"``).
-        paths: any non-empty subset of ``("fc", "conv", "gconv")``.
+        paths: any non-empty subset of ``("fc", "conv", "gconv", "residual")`` without
+            both ``"conv"`` and ``"residual"``; ``("gconv", "residual")`` spans the CONV
+            maps with the symmetry-breaking part on its own prior
+            (:class:`~ella.nn.ResidualConvPath`).
         kernel_size: odd kernel size of the CONV and GCONV paths.
         stride: 1, or 2: the CONV and GCONV paths compute at full resolution and halve
             their output by ``downsample``; the FC path maps to the smaller grid.
@@ -163,6 +182,9 @@ class RelaxedLayer(nn.Module):
             "gconv": lambda: GConvPath(
                 **common, kernel_size=kernel_size, mode=gconv_mode, downsample=downsample
             ),
+            "residual": lambda: ResidualConvPath(
+                **common, kernel_size=kernel_size, downsample=downsample
+            ),
         }
         self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
         for name in check_zero_init(zero_init, self.path_names):
@@ -185,7 +207,7 @@ class RelaxedLayer(nn.Module):
         return tuple(self.paths.keys())
 
     def path_parameters(self, name: str) -> list[nn.Parameter]:
-        """Parameters of one path (``"fc"``, ``"conv"`` or ``"gconv"``)."""
+        """Parameters of one path (``"fc"``, ``"conv"``, ``"gconv"`` or ``"residual"``)."""
         if name not in self.paths:
             raise KeyError(f"this layer has paths {self.path_names}, not {name!r}")
         return list(self.paths[name].parameters())

@@ -120,7 +120,7 @@ class TrainConfig(ScheduleConfig):
     augment: Augmentation = Augmentation.TRANSLATE
     augment_shift: int = option(2, minimum=1)
     # model
-    paths: tuple[PathName, ...] = tuple(PathName)
+    paths: tuple[PathName, ...] = (PathName.FC, PathName.CONV, PathName.GCONV)
     group: LayerGroup = LayerGroup.C4
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
@@ -195,7 +195,7 @@ class TrainConfig(ScheduleConfig):
             )
         check_device_name(self.device)
         if not self.paths:
-            raise ConfigError("paths must name at least one of fc, conv, gconv")
+            raise ConfigError("paths must name at least one of fc, conv, gconv, residual")
         check_mixer_options(self)
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")

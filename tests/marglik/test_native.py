@@ -25,7 +25,7 @@ from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
 from ella.marglik.laplace_internals import kron_eigenvalues, kron_factors
 from ella.marglik.native import NativeGGN, _patches
 from ella.models import mixer
-from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer
+from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer, ResidualConvPath
 
 
 def zero_padded(model: nn.Module) -> nn.Module:
@@ -123,12 +123,13 @@ def assert_same_evidence(native, reference, rtol=1e-6):
 
 
 class LoneGConv(nn.Module):
-    """A full GCONV path used on its own (no relaxed layer) in a user's network."""
+    """A full GCONV (or residual) path used on its own (no relaxed layer) in a user's
+    network."""
 
-    def __init__(self, group: str, stride: int = 2):
+    def __init__(self, group: str, stride: int = 2, path: type = GConvPath):
         super().__init__()
         self.lift = Lift(group)
-        self.gconv = GConvPath(1, 3, 8, group, stride=stride)
+        self.gconv = path(1, 3, 8, group, stride=stride)
         self.pool = GroupPool(group)
         self.head = nn.Linear(3, 4)
 
@@ -156,6 +157,9 @@ MODELS = {
     "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
     "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
     "D4 lone gconv path": lambda: LoneGConv("D4"),
+    "C4 gconv+residual": lambda: mixer(1, 10, 8, "C4", paths=("gconv", "residual"), width=1),
+    "D4 fc+gconv+residual no head": lambda: NoHead("D4", ("fc", "gconv", "residual")),
+    "C4 lone residual path": lambda: LoneGConv("C4", path=ResidualConvPath),
 }
 
 
@@ -166,7 +170,9 @@ def test_native_equals_stock_backends_with_zero_padding(float64, name, backend):
     assert_same_evidence(fitted(model, "native"), fitted(model, backend))
 
 
-@pytest.mark.parametrize("name", ["C4 mixed", "D4 mixed shared", "C4 mixed no head"])
+@pytest.mark.parametrize(
+    "name", ["C4 mixed", "D4 mixed shared", "C4 mixed no head", "D4 fc+gconv+residual no head"]
+)
 def test_native_equals_asdl_on_explicit_circular_padding(float64, name):
     model = MODELS[name]()
     assert_same_evidence(fitted(model, "native"), fitted(explicit_padding(model), "asdl"))

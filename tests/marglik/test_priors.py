@@ -94,6 +94,15 @@ def test_aggregate_shares_sum_to_100():
     ]
 
 
+def test_aggregate_adds_the_residual_column_only_where_a_layer_has_it():
+    layers, _ = aggregate(["layer1.gconv", "layer1.residual"], [1.0, 3.0], [4, 12], [1.0, 2.0])
+    (row,) = layers
+    assert (row["gconv"], row["residual"], row["fc"], row["conv"]) == pytest.approx((25, 75, 0, 0))
+    assert row["prior_variance"] == pytest.approx({"gconv": 1.0, "residual": 0.5})
+    paper, _ = aggregate(["layer1.conv", "layer1.gconv"], [1.0, 1.0], [4, 4], [1.0, 1.0])
+    assert "residual" not in paper[0] and "residual" not in paper[0]["effective"]
+
+
 def test_relative_effective_is_per_parameter_of_each_stage_normalised_over_paths():
     """The paper's Table 3 measure, by hand: FC = mean of its stages' effective /
     parameters (pixel maps 5/20, channel maps 1/20: 0.15), CONV 3/10, GCONV 5.5/10;

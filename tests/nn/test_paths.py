@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from ella.groups import CircularTranslations, get_group
-from ella.nn import ConvPath, FCPath, GConvPath
-from ella.nn.paths import contiguous_grad
+from ella.nn import ConvPath, FCPath, GConvPath, RelaxedLayer, ResidualConvPath, per_module_calls
+from ella.nn.paths import contiguous_grad, residual_basis
 from ella.testing import assert_equivariant, equivariance_errors
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
@@ -241,3 +241,78 @@ def test_fc_backward_copies_do_not_grow_with_the_channel_count():
         return sum(e.name == "aten::copy_" and not storing(e) for e in prof.events())
 
     assert copies(1) == copies(8)
+
+
+# ---------------------------------------------------------------- the residual path
+def group_average(module, group, z):
+    """``(1/|G|) sum_g g^-1 . f(g . z)``: the part of ``f`` that is equivariant."""
+    g = get_group(group)
+    with torch.no_grad():
+        return (
+            sum(g.act_on_lifted(g.inverse(e), module(g.act_on_lifted(e, z))) for e in g.elements)
+            / g.order
+        )
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("calls", [False, True])
+def test_the_residual_path_has_no_equivariant_part(float64, group, calls):
+    """Its group average is zero (a CONV path's is not), and it is not equivariant itself.
+    At stride 1: a path's downsampling picks its polyphase component from its own output,
+    which is equivariant but not linear."""
+    z = lifted(group)
+    residual, conv = ResidualConvPath(2, 3, 8, group), ConvPath(2, 3, 8, group)
+    with per_module_calls() if calls else torch.no_grad():
+        assert float(group_average(residual, group, z).abs().max()) < 1e-12
+        assert float(group_average(conv, group, z).abs().max()) > 1e-2
+        errors = equivariance_errors(residual, group, z, in_action="lifted", out_action="lifted")
+    assert min(errors[e] for e in get_group(group).elements[1:]) > 1e-2
+
+
+def test_the_residual_basis_is_orthonormal_and_sums_to_zero(float64):
+    for order in (2, 4, 8):
+        basis = residual_basis(order)
+        torch.testing.assert_close(basis.T @ basis, torch.eye(order - 1))
+        torch.testing.assert_close(basis.sum(0), torch.zeros(order - 1))
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+def test_gconv_and_residual_span_the_conv_path(float64, group):
+    """Every CONV path is a GCONV path plus a residual path: the CONV filter split into its
+    group average and the rest, ``V[h, k] = W[h, k h]``."""
+    conv, gconv = ConvPath(2, 3, 8, group), GConvPath(2, 3, 8, group)
+    residual = ResidualConvPath(2, 3, 8, group)
+    order = gconv.group.order
+    w, b = conv.lifted_filter()
+    blocks = w.reshape(order, 3, order, 2, 3, 3)
+    v = torch.stack([blocks[h][:, gconv.gather[h]] for h in range(order)])  # (h, o, k, i, y, x)
+    bias = b.reshape(order, 3)
+    with torch.no_grad():
+        gconv.conv.weight.copy_(v.mean(0).reshape(3, order * 2, 3, 3))
+        gconv.conv.bias.copy_(bias.mean(0))
+        theta = torch.einsum("hm,hokixy->mokixy", residual.basis, v)
+        residual.conv.weight.copy_(theta.reshape(-1, order * 2, 3, 3))
+        residual.conv.bias.copy_((residual.basis.T @ bias).reshape(-1))
+        z = lifted(group)
+        torch.testing.assert_close(gconv(z) + residual(z), conv(z))
+
+
+@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_residual_lifted_filter_equals_the_gathered_copies(float64, group, stride):
+    assert_same_as_module_calls(ResidualConvPath(3, 2, 8, group, stride=stride), lifted(group, c=3))
+
+
+def test_a_layer_whose_residual_is_zero_is_equivariant(float64):
+    layer = RelaxedLayer(2, 3, 8, "D4", paths=("gconv", "residual"), zero_init=("residual",))
+    assert_equivariant(layer, "D4", lifted("D4"), in_action="lifted", out_action="lifted")
+    with torch.no_grad():
+        layer.paths["residual"].conv.bias.fill_(0.1)
+    assert layer.equivariance_error() > 1e-2
+
+
+def test_residual_paths_are_refused_where_they_mean_nothing():
+    with pytest.raises(ValueError, match="order 2 or more"):
+        ResidualConvPath(2, 3, 8, "trivial")
+    with pytest.raises(ValueError, match="redundant.*'gconv', 'residual'"):
+        RelaxedLayer(2, 3, 8, "C4", paths=("conv", "residual"))
