@@ -279,6 +279,18 @@ class PriorMean(Choice):
     INIT = "init"
 
 
+class WeightResponse(Choice):
+    """What the weights do when an evidence round has moved their prior precisions:
+    ``none`` leaves them to the training steps, whose pull towards the prior's mean is
+    ``lr delta / N`` of a weight per step; ``laplace`` moves them at once to the new
+    prior's MAP as the round's Kronecker GGN predicts,
+    ``theta <- (H + delta_new)^-1 (H + delta_old) theta`` in each tensor's eigenbasis
+    (:func:`ella.marglik.laplace_response`; Kronecker Hessian only)."""
+
+    NONE = "none"
+    LAPLACE = "laplace"
+
+
 class PriorUpdate(Choice):
     """How an evidence round moves the prior precisions: ``adam`` takes ``n_hypersteps``
     Adam steps on the log precisions (the ELLA reference); ``optimum`` sets them to the

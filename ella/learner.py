@@ -41,12 +41,13 @@ from ella.choices import (
     PriorMode,
     PriorUpdate,
     SubsetControl,
+    WeightResponse,
 )
 from ella.data.subsets import balanced_subset
 from ella.distributed import ShardLoader, World, current
 from ella.engine.epochs import Stream, epoch_generator
 from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
-from ella.marglik import LaplaceEvidence, PriorStructure, check_supported
+from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import at_bound, check_n_data
 
@@ -213,6 +214,9 @@ class PriorLearner:
             alternation of training and rounds is.
         rounds: the data of :meth:`evidence_round` (an :class:`EvidenceRounds`; defaults
             to ``EvidenceRounds()``, ``ella train``'s subset and control variate).
+        response: what the weights do when a round moves the precisions: ``none``
+            (default) or ``laplace``, to the new prior's MAP as the round's GGN predicts
+            (:class:`~ella.choices.WeightResponse`; Kronecker Hessian only).
 
     Attributes:
         prior: the :class:`~ella.marglik.PriorStructure` (group names, tensor index).
@@ -242,6 +246,7 @@ class PriorLearner:
         mean: PriorMean | str = PriorMean.ZERO,
         step: float = 1.0,
         rounds: EvidenceRounds | None = None,
+        response: WeightResponse | str = WeightResponse.NONE,
     ):
         n_data = check_n_data(n_data)
         if not (math.isfinite(prior_precision) and prior_precision > 0):
@@ -290,6 +295,12 @@ class PriorLearner:
                 "(--prior-update optimum); Adam steps are set by lr and n_hypersteps"
             )
         self.step = float(step)
+        self.response = WeightResponse.parse(response, "weight response")
+        if self.response is WeightResponse.LAPLACE and self.hessian != "kron":
+            raise ConfigError(
+                "the weights' Laplace response needs the Kronecker Hessian (hessian='kron'); "
+                "use response='none' with a diagonal or full Hessian"
+            )
         device = next(model.parameters()).device
         self.log_prior = torch.full(
             (self.prior.n_groups,), math.log(prior_precision), device=device
@@ -323,6 +334,7 @@ class PriorLearner:
             # the damping of the optimum; Adam's rounds have none (auto may resolve to adam)
             step=config.prior_step if update == "optimum" else 1.0,
             rounds=EvidenceRounds.from_config(config),
+            response=config.weight_response,
             **options,
         )
 
@@ -469,6 +481,7 @@ class PriorLearner:
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
         optimum = self.evidence.optimal_log_prior() if self.hessian == "kron" else None
+        before = self.log_prior.detach().clone()
         if self.update == "optimum":
             with torch.no_grad():
                 self.log_prior.add_(self.step * (optimum - self.log_prior))
@@ -480,6 +493,14 @@ class PriorLearner:
                 neg.backward()
                 self.optimizer.step()
         self.world.check_identical(self.log_prior.detach(), "prior precisions")
+        if self.response is WeightResponse.LAPLACE:
+            laplace_response(
+                self.evidence,
+                self._trainable(),
+                self.prior.expand(before.exp()),
+                self.prior.expand(self.log_prior.detach().exp()),
+                self.prior_mean,
+            )
         self.gaps.append(_gap(self.log_prior.detach(), optimum))
         value = self.log_marginal_likelihood()
         self.history.append(value)

@@ -29,6 +29,7 @@ from ella.choices import (
     PriorMode,
     PriorUpdate,
     SubsetControl,
+    WeightResponse,
 )
 from ella.config import MAX_SEED, Config, option
 from ella.errors import ConfigError
@@ -112,6 +113,9 @@ class ScheduleConfig(OptimizerConfig):
     # a ratio estimator that removes most of the rounds' common noise
     # (docs/research/0025-subset-control-variate.md); forward: a pass at each round
     subset_control: SubsetControl = SubsetControl.FORWARD
+    # the weights after a round: left to the training steps, or moved to the new prior's
+    # MAP as the round's GGN predicts (an option until it wins on the validation splits)
+    weight_response: WeightResponse = WeightResponse.NONE
 
     #: half the way to each round's optimum (see prior_update)
     DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
@@ -140,6 +144,11 @@ class ScheduleConfig(OptimizerConfig):
             raise ConfigError(
                 f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
                 "are set by --lr-hyp and --n-hypersteps)"
+            )
+        if self.weight_response == WeightResponse.LAPLACE and self.hessian != "kron":
+            raise ConfigError(
+                "--weight-response laplace needs --hessian kron (it moves the weights in "
+                "each tensor's Kronecker eigenbasis); use --weight-response none"
             )
         if self.ggn == GGN.STRATIFIED and self.backend != "native":
             raise ConfigError(
@@ -291,6 +300,9 @@ SCHEDULE_HELP: dict[str, str] = {
     "optimum: the fit's maximum of the evidence, per prior group in closed form; auto: "
     "optimum, or adam where optimum does not apply (a Hessian other than kron, learned "
     "invariance)",
+    "weight_response": "after each evidence round: none (the training steps pull the weights "
+    "towards the new prior) or laplace (the weights move at once to the new prior's MAP as "
+    "the round's Kronecker GGN predicts; --hessian kron)",
     "prior_step": "with --prior-update optimum (or auto, where it resolves to optimum): the "
     "fraction of the way to each round's optimum that the log precisions move (1: to the "
     "optimum; below 1 damps the rounds); unused by adam",

@@ -12,6 +12,7 @@ from ella.marglik.evidence import (
 from ella.marglik.kept import kept_log_evidence, tensor_terms
 from ella.marglik.null import class_frequency_model
 from ella.marglik.priors import PriorMode, PriorStructure
+from ella.marglik.response import laplace_response
 
 __all__ = [
     "Backend",
@@ -26,6 +27,7 @@ __all__ = [
     "class_frequency_model",
     "effective_parameters",
     "kept_log_evidence",
+    "laplace_response",
     "relative_effective",
     "tensor_terms",
 ]
