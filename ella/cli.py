@@ -1,5 +1,5 @@
 """Command line: ``ella train``, ``ella ensemble``, ``ella report RUN_DIR [--symmetry GROUP]``,
-``ella select RUN_DIR [--drop-only]`` and ``ella demo``."""
+``ella select RUN_DIR [--drop-only]``, ``ella export RUN_DIR`` and ``ella demo``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.groups import get_group
 from ella.models import mixer
 from ella.rundir import (
+    EXPORT_THRESHOLD,
+    EXPORTED,
     PATH_DROPS,
     PATH_OUTPUTS,
     PATH_SELECTION,
@@ -127,6 +129,21 @@ def cmd_select(args: argparse.Namespace) -> int:
     if distributed.launched():
         raise ConfigError("ella select runs in one process: run it without torchrun")
     print_selection(Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress)
+    return 0
+
+
+@reports_errors
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a learned run's network without the paths its priors switched off."""
+    from ella.export import export_run, save_export
+
+    run_dir = Path(args.run_dir)
+    out = Path(args.out) if args.out else run_dir / EXPORTED
+    if out.exists():  # checked before the run is loaded and measured
+        raise RunDirectoryError(f"{out} exists; choose another --out (nothing was written)")
+    export = export_run(run_dir, args.threshold, args.data_dir)
+    print(export.format())
+    print(f"written: {save_export(export, out)}")
     return 0
 
 
@@ -316,6 +333,33 @@ def add_select_parser(sub: argparse._SubParsersAction) -> None:
     select.set_defaults(func=cmd_select)
 
 
+def add_export_parser(sub: argparse._SubParsersAction) -> None:
+    """``ella export RUN_DIR [--threshold T] [--out FILE] [--data-dir DIR]``."""
+    export = sub.add_parser(
+        "export",
+        help="a learned run's network without the paths its priors switched off",
+        description="Drop from every relaxed layer of a finished learned run the paths whose "
+        "prior variance is below --threshold times the largest of the layer's paths (with "
+        "--paths gconv residual: a layer whose residual is off is exactly equivariant), and "
+        "compare the exported network with the run's: test accuracy, NLL, parameters, "
+        f"forward time. Writes the weights and the dropped paths to RUN/{EXPORTED} (or "
+        "--out); ella.export.load_exported reads them back.",
+    )
+    export.add_argument(
+        "run_dir", help="a finished run directory of ella train with learned priors"
+    )
+    export.add_argument(
+        "--threshold",
+        type=float,
+        default=EXPORT_THRESHOLD,
+        help=f"fraction of a layer's largest prior variance below which a path is off "
+        f"(default {EXPORT_THRESHOLD})",
+    )
+    export.add_argument("--out", default=None, help=f"the file to write (default RUN/{EXPORTED})")
+    export.add_argument("--data-dir", default=None, help="data files, if moved since the run")
+    export.set_defaults(func=cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ella",
@@ -367,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     report.set_defaults(func=cmd_report)
     add_select_parser(sub)
+    add_export_parser(sub)
     demo = sub.add_parser("demo", help="tour of the relaxed-equivariant layers")
     demo.add_argument("--image-size", type=int, default=32, help="image side (default 32)")
     demo.add_argument("--channels", type=int, default=1, help="image channels (default 1)")

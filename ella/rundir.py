@@ -50,9 +50,13 @@ PATH_SELECTION = "path_selection.json"
 PATH_SELECTION_STATE = "path_selection.pt"
 #: the best candidate so far of a selection round in progress (removed when it finishes)
 PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
-#: outputs a run, ``ella report`` and ``ella select`` write besides config.json (removed by
-#: --overwrite); globs. A file not matched here counts as the user's, and --overwrite refuses
-#: the folder.
+#: ``ella export``'s file: the network without the paths its priors switched off
+EXPORTED = "exported.pt"
+#: ``ella export``: a path is off below this fraction of its layer's largest prior variance
+EXPORT_THRESHOLD = 0.01
+#: outputs a run, ``ella report``, ``ella select`` and ``ella export`` write besides
+#: config.json (removed by --overwrite); globs. A file not matched here counts as the
+#: user's, and --overwrite refuses the folder.
 RUN_OUTPUTS = (
     CHECKPOINT,
     METRICS,
@@ -62,6 +66,7 @@ RUN_OUTPUTS = (
     PATH_SELECTION,
     PATH_SELECTION_STATE,
     PATH_SELECTION_CANDIDATE,
+    EXPORTED,
     "*.png",
     "symmetry_*.json",
 )
@@ -69,6 +74,8 @@ RUN_OUTPUTS = (
 __all__ = [
     "CHECKPOINT",
     "CONFIG",
+    "EXPORTED",
+    "EXPORT_THRESHOLD",
     "LOCK",
     "METRICS",
     "PATH_DROPS",

@@ -51,7 +51,7 @@ from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
-from ella.nn import PATH_NAMES
+from ella.nn import ALL_PATH_NAMES, path_columns
 from ella.report import mean_shares
 from ella.rundir import (
     CHECKPOINT,
@@ -167,9 +167,9 @@ def load_learned_run(
 
 
 def relaxed_paths(run_dir: str | Path) -> list[str]:
-    """The paths of a run's relaxed layers, in ``PATH_NAMES`` order."""
+    """The paths of a run's relaxed layers, in ``ALL_PATH_NAMES`` order."""
     paths = read_json(Path(run_dir) / CONFIG, "run's configuration").get("paths", [])
-    return [p for p in PATH_NAMES if p in paths]
+    return [p for p in ALL_PATH_NAMES if p in paths]
 
 
 def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
@@ -503,12 +503,13 @@ def format_path_selection(record: dict) -> str:
         control = this["rows"][0]["log_evidence"]
         kept = "+".join(p.upper() for p in this["kept"])
         lines.append(f"round {number} (network {kept}):")
+        columns = path_columns(this["rows"][0]["shares"])
         lines.append(
             f"  {'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}"
-            f"  shares FC/CONV/GCONV %"
+            f"  shares {'/'.join(p.upper() for p in columns)} %"
         )
         for r in this["rows"]:
-            shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in PATH_NAMES)
+            shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in columns)
             lost = r["dropped"] != CONTROL and collapsed(r, this["rows"][0], null)
             mark = "  collapsed" if lost else ""
             lines.append(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ella.nn import PATH_NAMES, RelaxedLayer, per_module_calls
+from ella.nn import RelaxedLayer, path_columns, per_module_calls
 
 __all__ = ["format_path_outputs", "path_output_shares"]
 
@@ -71,21 +71,20 @@ def path_output_shares(model: nn.Module, x: torch.Tensor) -> list[dict]:
     return rows
 
 
-#: the table's columns: path and width
-WIDTHS = (("fc", 7), ("conv", 8), ("gconv", 9))
-
-
 def format_path_outputs(rows: list[dict]) -> str:
-    """A table of :func:`path_output_shares`: one line per layer and the mean."""
-    head = f"{'layer':<9}" + "".join(f"{p.upper() + ' %':>{w}}" for p, w in WIDTHS)
+    """A table of :func:`path_output_shares`: one line per layer and the mean (a residual
+    column where a layer has that path)."""
+    columns = path_columns({p for row in rows for p in row})
+    widths = [(p, max(7, len(p) + 4)) for p in columns]
+    head = f"{'layer':<9}" + "".join(f"{p.upper() + ' %':>{w}}" for p, w in widths)
     lines = [head, "-" * len(head)]
 
     def line(label: str, values: dict) -> str:
-        cells = [f"{values[p]:>{w}.1f}" if p in values else f"{'-':>{w}}" for p, w in WIDTHS]
+        cells = [f"{values[p]:>{w}.1f}" if p in values else f"{'-':>{w}}" for p, w in widths]
         return f"{label:<9}" + "".join(cells)
 
     for row in rows:
         lines.append(line(row["layer"], row))
-    mean = {p: sum(r[p] for r in rows) / len(rows) for p in PATH_NAMES if all(p in r for r in rows)}
+    mean = {p: sum(r[p] for r in rows) / len(rows) for p in columns if all(p in r for r in rows)}
     lines += ["-" * len(head), line("mean", mean)]
     return "\n".join(lines)
