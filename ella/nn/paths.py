@@ -225,6 +225,22 @@ class ConvPath(Path):
         return self._downsample(out)
 
 
+def _register_copy_order(path: nn.Module, group: Group) -> None:
+    """The buffers of a path whose filter blocks are indexed by ``k`` for input copy
+    ``j = k h`` of output copy ``h``: ``gather[h, k]``, the input copy ``k h``, and
+    ``expand[h, j]``, the block ``k`` that output copy ``h`` applies to input copy ``j``."""
+    path.register_buffer("gather", group.cayley_table.t().contiguous(), persistent=False)
+    path.register_buffer("expand", torch.argsort(path.gather, dim=1), persistent=False)
+
+
+def _gathered_copies(z: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """For each output copy ``h``, the input copies in the order ``k h``, stacked as
+    channels, with the output copies folded into the batch: (B, G, C, H, W) ->
+    (B G, G C, H, W). ``index_select`` has a cheaper backward than ``z[:, idx]``."""
+    b, g, c, h, w = z.shape
+    return z.index_select(1, gather.flatten()).reshape(b * g, g * c, h, w)
+
+
 class GConvPath(Path):
     """GCONV path: group convolution on the lifted tensor, exactly equivariant.
 
@@ -271,11 +287,7 @@ class GConvPath(Path):
                 fan_copies * in_channels, out_channels, k, padding=k // 2, padding_mode="circular"
             )
         )
-        # gather[h, k] = index of k h: input copy k seen from output copy h.
-        table = self.group.cayley_table
-        self.register_buffer("gather", table.t().contiguous(), persistent=False)
-        # expand[h, j] = the filter block k that output copy h applies to input copy j = k h
-        self.register_buffer("expand", torch.argsort(self.gather, dim=1), persistent=False)
+        _register_copy_order(self, self.group)
         #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
         self._capture: dict[str, torch.Tensor] | None = None
 
@@ -298,11 +310,8 @@ class GConvPath(Path):
         b, g, c, h, w = z.shape
         if fusable_paths([self]):  # full mode, outside per_module_calls
             return convolve_paths(z, [self], self._capture)
-        if self.mode == "full":
-            # (B, G_out * G_in, C, H, W); index_select has a cheaper backward than z[:, idx]
-            z = z.index_select(1, self.gather.flatten()).reshape(b * g, g * c, h, w)
-        else:
-            z = z.reshape(b * g, c, h, w)
+        full = self.mode == "full"
+        z = _gathered_copies(z, self.gather) if full else z.reshape(b * g, c, h, w)
         out = self.conv(z).reshape(b, g, self.out_channels, h, w)
         return self._downsample(out)
 
@@ -380,9 +389,7 @@ class ResidualConvPath(Path):
                 g * in_channels, (g - 1) * out_channels, k, padding=k // 2, padding_mode="circular"
             )
         )
-        table = self.group.cayley_table
-        self.register_buffer("gather", table.t().contiguous(), persistent=False)
-        self.register_buffer("expand", torch.argsort(self.gather, dim=1), persistent=False)
+        _register_copy_order(self, self.group)
         #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
         self._capture: dict[str, torch.Tensor] | None = None
 
@@ -412,11 +419,9 @@ class ResidualConvPath(Path):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
-        b, g, c, h, w = z.shape
         if fusable_paths([self]):  # outside per_module_calls
             return convolve_paths(z, [self], self._capture)
-        z = z.index_select(1, self.gather.flatten()).reshape(b * g, g * c, h, w)
-        return self._downsample(self.mix_outputs(self.conv(z)))
+        return self._downsample(self.mix_outputs(self.conv(_gathered_copies(z, self.gather))))
 
 
 class FCPath(Path):
