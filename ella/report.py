@@ -17,6 +17,7 @@ from ella.marglik import (
     relative_effective,
 )
 from ella.nn import ALL_PATH_NAMES, path_columns
+from ella.rundir import EXPORT_THRESHOLD
 
 
 def effective_parameter_report(
@@ -175,6 +176,9 @@ def format_table(results: dict) -> str:
             "relative effective parameters (the paper's Table 3 measure: per parameter of "
             f"each path), mean {_names(columns)} %: {triple(rel, '.0f')}, {_ranges(rel)}"
         )
+    line = symmetry_breaking_line(rows)
+    if line:
+        lines.append(line)
     if results.get("eta"):
         extents = ", ".join(f"{name} {value:.3g}" for name, value in results["eta"].items())
         lines.append(f"invariance ({results.get('invariance')}), extents eta: {extents}")
@@ -196,6 +200,26 @@ def format_table(results: dict) -> str:
     if line:
         lines.append(line)
     return "\n".join(lines)
+
+
+def symmetry_breaking_line(rows: list[dict]) -> str | None:
+    """For layers with a GCONV and a residual path: how much each breaks the group's
+    symmetry, as the residual's prior variance over GCONV's, and the layers whose residual
+    is switched off (below ``EXPORT_THRESHOLD`` of the layer's largest variance: ``ella
+    export`` makes them exactly equivariant); None without such layers."""
+    ratios, off = [], []
+    for row in rows:
+        variance = row.get("prior_variance", {})
+        if "gconv" in variance and "residual" in variance:
+            ratios.append(f"{row['layer']} {variance['residual'] / variance['gconv']:.3g}")
+            if variance["residual"] < EXPORT_THRESHOLD * max(variance.values()):
+                off.append(row["layer"])
+    if not ratios:
+        return None
+    line = "symmetry breaking (the residual's prior variance / GCONV's): " + ", ".join(ratios)
+    if off:
+        line += f"; residual switched off (ella export: exactly equivariant) in {', '.join(off)}"
+    return line
 
 
 def null_model_line(results: dict) -> str | None:

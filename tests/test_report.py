@@ -64,7 +64,12 @@ def test_the_table_has_a_residual_column_where_the_layers_have_that_path():
     assert "RESIDUAL %" in lines[0] and "(fc/conv/gconv/residual)" in lines[0]
     assert lines[2].split()[:5] == ["layer1", "0.0", "0.0", "40.0", "60.0"]
     assert "0/0/4/6 of 40" in lines[2] and "-/-/1/0.25" in lines[2]
-    assert "residual 60-60" in lines[-1]
+    assert "residual 60-60" in lines[-2]
+    assert lines[-1] == "symmetry breaking (the residual's prior variance / GCONV's): layer1 0.25"
+    off = {**row, "prior_variance": {"gconv": 1.0, "residual": 0.001}}
+    assert format_table({"effective_parameters": [off]}).endswith(
+        "layer1 0.001; residual switched off (ella export: exactly equivariant) in layer1"
+    )
     paper = {**row, "effective": {"fc": 1.0, "conv": 1.0, "gconv": 1.0}}
     del paper["residual"]
     assert "RESIDUAL" not in format_table({"effective_parameters": [paper]})
