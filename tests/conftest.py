@@ -1,3 +1,6 @@
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,3 +18,21 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """A finished tiny run of ``ella train`` (``tests.cli_runs.TINY``), made once per
+    session; tests that change it take :func:`run`, a private copy."""
+    from ella.cli import main
+    from tests.cli_runs import TINY
+
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert main(["train", "--out", str(out), *TINY]) == 0
+    return out
+
+
+@pytest.fixture
+def run(finished_run, tmp_path) -> Path:
+    """A private copy of :func:`finished_run`."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,19 +34,6 @@ SUBSET = [
     "--n-epochs-burnin", "1", "--marglik-frequency", "1", "--marglik-subset-size", "64",
     "--batch-size", "64", "--seed", "3", "--no-progress",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "run"
-    assert main(["train", "--out", str(out), *TINY]) == 0
-    return out
-
-
-@pytest.fixture
-def run(finished, tmp_path) -> Path:
-    """A private copy of a finished tiny run."""
-    return Path(shutil.copytree(finished, tmp_path / "run"))
 
 
 # ---------------------------------------------------------------- the table

@@ -12,7 +12,6 @@ import io
 import json
 import math
 import pickle
-import shutil
 from pathlib import Path
 
 import pytest
@@ -54,25 +53,10 @@ class Payload:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "run"
-    assert main(["train", "--out", str(out), *TINY]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def finished_ensemble(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "ensemble"
     assert main(["ensemble", "--out", str(out), *TINY_ENSEMBLE]) == 0
     return out
-
-
-@pytest.fixture
-def run(finished_run, tmp_path) -> Path:
-    """A private copy of a finished tiny run."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    return copy
 
 
 # ---------------------------------------------------------------- 1-2 security
