@@ -25,17 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 
-from ella.engine.evaluation import evaluate_batches
+from ella.choices import PriorMean
 from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_torch
-from ella.marglik.effective import split_name
+from ella.marglik.effective import split_name, switched_off_paths
 from ella.nn import RelaxedLayer
 from ella.rundir import CONFIG, EXPORT_THRESHOLD, EXPORTED, RESULTS, read_json
-from ella.train.runs import TrainedRun, load_run
+from ella.train.loop import evaluate
+from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -69,11 +68,8 @@ def switched_off(variances: Mapping[str, float], threshold: float) -> dict[str, 
         layer, path = split_name(group)
         if path is not None:
             layers.setdefault(layer, {})[path] = variance
-    return {
-        layer: off
-        for layer, paths in layers.items()
-        if (off := [p for p, v in paths.items() if v < threshold * max(paths.values())])
-    }
+    off = {layer: switched_off_paths(paths, threshold) for layer, paths in layers.items()}
+    return {layer: paths for layer, paths in off.items() if paths}
 
 
 def without_paths(net: nn.Module, drop: Mapping[str, list[str]]) -> nn.Module:
@@ -138,8 +134,7 @@ class Export:
 
 
 def _measure(net: nn.Module, run: TrainedRun) -> dict[str, float]:
-    loader = DataLoader(run.data.test, batch_size=500)
-    metrics = evaluate_batches(net, loader, lambda out, y: F.cross_entropy(out, y, reduction="sum"))
+    metrics = evaluate(net, run.data.test)
     x = run.data.test.tensors[0][:128]
     times = []
     with torch.no_grad():
@@ -162,17 +157,10 @@ def _learned_run(run_dir: Path, data_dir: str | Path | None) -> tuple[TrainedRun
         raise RunDirectoryError(f"{run_dir} has no results.json: export a finished run")
     results = read_json(results_path, "run's results")
     config = read_json(run_dir / CONFIG, "run's configuration")
-    if not config.get("learn_priors", True):
-        raise RunDirectoryError(
-            f"{run_dir} is a MAP run (--no-learn-priors): its priors switched nothing off"
-        )
+    learn, mean = config.get("learn_priors", True), config.get("prior_mean", PriorMean.ZERO)
+    refuse_unless_learned(run_dir, learn, mean, "export")
     if config.get("invariance", "none") != "none":
         raise ConfigError(f"{run_dir} learns input invariance; export a run with --invariance none")
-    if config.get("prior_mean", "zero") != "zero":
-        raise ConfigError(
-            "a dropped path's weights are set to zero, and this run's prior is centred at its "
-            "initial weights (--prior-mean init): export a run trained with --prior-mean zero"
-        )
     return load_run(run_dir, data_dir), results
 
 

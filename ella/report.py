@@ -15,6 +15,7 @@ from ella.marglik import (
     aggregate,
     effective_parameters,
     relative_effective,
+    switched_off_paths,
 )
 from ella.nn import ALL_PATH_NAMES, path_columns
 from ella.rundir import EXPORT_THRESHOLD
@@ -112,10 +113,10 @@ def shares_history_line(history: list[dict], points: int = 5) -> str:
         + "/".join(f"{history[i][p]:.0f}" if p in history[i] else "-" for p in columns)
         for i in picks
     )
-    return f"shares by evidence round ({_names(columns)} %): {steps}"
+    return f"shares by evidence round ({paths_label(columns)} %): {steps}"
 
 
-def _names(columns: tuple[str, ...]) -> str:
+def paths_label(columns: tuple[str, ...]) -> str:
     """``FC/CONV/GCONV`` (and ``/RESIDUAL``) for the table's path columns."""
     return "/".join(p.upper() for p in columns)
 
@@ -174,7 +175,7 @@ def format_table(results: dict) -> str:
         rel = share_summary(relative)
         lines.append(
             "relative effective parameters (the paper's Table 3 measure: per parameter of "
-            f"each path), mean {_names(columns)} %: {triple(rel, '.0f')}, {_ranges(rel)}"
+            f"each path), mean {paths_label(columns)} %: {triple(rel, '.0f')}, {_ranges(rel)}"
         )
     line = symmetry_breaking_line(rows)
     if line:
@@ -212,7 +213,7 @@ def symmetry_breaking_line(rows: list[dict]) -> str | None:
         variance = row.get("prior_variance", {})
         if "gconv" in variance and "residual" in variance:
             ratios.append(f"{row['layer']} {variance['residual'] / variance['gconv']:.3g}")
-            if variance["residual"] < EXPORT_THRESHOLD * max(variance.values()):
+            if "residual" in switched_off_paths(variance, EXPORT_THRESHOLD):
                 off.append(row["layer"])
     if not ratios:
         return None

@@ -52,7 +52,7 @@ from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
 from ella.nn import ALL_PATH_NAMES, path_columns
-from ella.report import mean_shares
+from ella.report import mean_shares, paths_label
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -65,7 +65,7 @@ from ella.rundir import (
     run_lock,
 )
 from ella.train.loop import Trainer, evaluate
-from ella.train.runs import TrainedRun, load_run
+from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 
 __all__ = [
     "CONTROL",
@@ -141,28 +141,13 @@ def select(
     return select_paths(run, epochs, data_dir, progress)
 
 
-def _refuse_unless_learned(run_dir: str | Path, learn_priors: bool, prior_mean: str) -> None:
-    """Refuse a MAP run and a run whose prior is not centred at zero."""
-    if not learn_priors:
-        raise RunDirectoryError(
-            f"{run_dir} is a MAP run (--no-learn-priors): ella select needs a run with learned "
-            "priors"
-        )
-    if prior_mean != PriorMean.ZERO:
-        raise ConfigError(
-            "dropping a path sets its weights to zero, and this run's prior is centred at "
-            "its initial weights (--prior-mean init): select on a run trained with "
-            "--prior-mean zero"
-        )
-
-
 def load_learned_run(
     run_dir: str | Path, data_dir: str | Path | None = None
 ) -> tuple[TrainedRun, torch.Tensor]:
     """A run with learned priors centred at zero (:func:`ella.train.runs.load_run`) and its
     last log prior precisions; other runs are refused with the reason."""
     run = load_run(run_dir, data_dir)
-    _refuse_unless_learned(run_dir, run.config.learn_priors, run.config.prior_mean)
+    refuse_unless_learned(run_dir, run.config.learn_priors, run.config.prior_mean, "select")
     return run, load_torch(Path(run_dir) / CHECKPOINT)["log_prior"]
 
 
@@ -196,7 +181,7 @@ def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
             f"{run_dir} is an ensemble run; ella select chooses the paths of a run of ella train"
         )
     learn, mean = config.get("learn_priors", False), config.get("prior_mean", PriorMean.ZERO)
-    _refuse_unless_learned(run_dir, learn, mean)
+    refuse_unless_learned(run_dir, learn, mean, "select")
     model = config.get("model", "mixer")
     if model != "mixer":
         raise ConfigError(
@@ -506,7 +491,7 @@ def format_path_selection(record: dict) -> str:
         columns = path_columns(this["rows"][0]["shares"])
         lines.append(
             f"  {'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}"
-            f"  shares {'/'.join(p.upper() for p in columns)} %"
+            f"  shares {paths_label(columns)} %"
         )
         for r in this["rows"]:
             shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in columns)

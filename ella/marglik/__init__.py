@@ -1,6 +1,11 @@
 """Marginal likelihood of layer-wise priors: prior structures, Laplace evidence, reports."""
 
-from ella.marglik.effective import aggregate, effective_parameters, relative_effective
+from ella.marglik.effective import (
+    aggregate,
+    effective_parameters,
+    relative_effective,
+    switched_off_paths,
+)
 from ella.marglik.evidence import (
     Backend,
     HessianStructure,
@@ -29,5 +34,6 @@ __all__ = [
     "kept_log_evidence",
     "laplace_response",
     "relative_effective",
+    "switched_off_paths",
     "tensor_terms",
 ]

@@ -9,6 +9,8 @@ Sec. 6): each direction counts fully when the data determine it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from ella.nn import ALL_PATH_NAMES, path_columns
@@ -26,6 +28,14 @@ def split_name(group: str) -> tuple[str, str | None]:
     if last in ALL_PATH_NAMES:
         return layer or "layer", last
     return group, None
+
+
+def switched_off_paths(variances: Mapping[str, float], threshold: float) -> list[str]:
+    """The paths of one relaxed layer, ``{path: prior variance}``, whose variance is below
+    ``threshold`` times the layer's largest: their prior holds their weights near zero
+    while the others' do not (``ella export`` drops them)."""
+    largest = max(variances.values(), default=0.0)
+    return [p for p, v in variances.items() if v < threshold * largest]
 
 
 def aggregate(

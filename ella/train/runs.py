@@ -8,6 +8,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ella.choices import PriorMean
 from ella.data import ImageData
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
@@ -81,3 +82,21 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
         state="best_evidence" if best is not None else "final",
         data=trainer.data,
     )
+
+
+def refuse_unless_learned(
+    run_dir: str | Path, learn_priors: bool, prior_mean: str, command: str
+) -> None:
+    """Refuse, for ``ella COMMAND`` (``select``, ``export``), a MAP run and a run whose
+    prior is not centred at zero: both set dropped paths' weights to zero."""
+    if not learn_priors:
+        raise RunDirectoryError(
+            f"{run_dir} is a MAP run (--no-learn-priors): ella {command} needs a run with "
+            "learned priors"
+        )
+    if prior_mean != PriorMean.ZERO:
+        raise ConfigError(
+            "dropping a path sets its weights to zero, and this run's prior is centred at "
+            f"its initial weights (--prior-mean init): {command} on a run trained with "
+            "--prior-mean zero"
+        )
