@@ -8,11 +8,12 @@ Subpackages:
     ella.marglik  the Laplace evidence of layer-wise priors
     ella.learner  ``PriorLearner``: learned priors in your own training loop
     ella.fit      the whole alternating job for your own model and DataLoader
+    ella.seed_epoch_order   a hand-written loop's data order, drawn as ella.fit draws it
     ella.select   choose a learned run's paths by the evidence (``ella select``)
 """
 
 __version__ = "0.2.0"
-__all__ = ["FitConfig", "PriorLearner", "fit", "select"]
+__all__ = ["FitConfig", "PriorLearner", "fit", "seed_epoch_order", "select"]
 
 
 def __getattr__(name: str):
@@ -26,6 +27,10 @@ def __getattr__(name: str):
         from ella.train import fit as fit_module
 
         return getattr(fit_module, name)
+    if name == "seed_epoch_order":
+        from ella.train.alternating import seed_epoch_order
+
+        return seed_epoch_order
     if name == "select":
         from ella.selection import select
 

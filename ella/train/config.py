@@ -48,10 +48,10 @@ class TrainConfig(ScheduleConfig):
 
     The defaults are the mixer's recipe, chosen on validation splits (the records under
     ``docs/research/``), so that the default run trains on the embedded MNIST subset on a
-    CPU. :class:`~ella.engine.schedule.ScheduleConfig`, which :func:`ella.fit` uses, keeps
-    its own defaults (a lower ``lr``, the exact GGN, the evidence on every training image
-    and the reference's Adam rounds), which suit models it knows nothing about. Where
-    this class differs from the reference, and why:
+    CPU. :class:`~ella.engine.schedule.ScheduleConfig`, which :func:`ella.fit` uses, has
+    the same evidence rounds and keeps, for models it knows nothing about, a lower ``lr``,
+    one rate for every tensor and fewer epochs. Where this class differs from the
+    reference, and why:
 
     * the weights use Adam: SGD at the reference's rate barely learned within the short
       budget; at ``lr``, with the rate per fan-in (``lr_scaling``,

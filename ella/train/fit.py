@@ -1,44 +1,68 @@
 """``ella.fit``: learn the layer-wise priors of your own model on your own DataLoader.
 
 The whole alternating job for any ``nn.Module`` made of ella's relaxed layers
-and/or ``nn.Linear``/``nn.Conv2d`` layers: MAP epochs with the prior term of a
-:class:`~ella.learner.PriorLearner`, evidence steps on the schedule of
-:class:`~ella.engine.schedule.ScheduleConfig` (the options of ``ella train``, with
-defaults for a model ella knows nothing about: the reference's Adam rounds, one rate
-for every tensor, the exact GGN on the whole loader), test metrics per epoch, and
+and/or ``nn.Linear``/``nn.Conv2d`` layers, on the loop that ``ella train`` runs
+(:class:`~ella.train.alternating.AlternatingRun`): MAP epochs with the prior term of a
+:class:`~ella.learner.PriorLearner`, its evidence rounds on the schedule of
+:class:`~ella.engine.schedule.ScheduleConfig` (``ella train``'s recipe by default: a
+class-balanced subset of 500 examples per round, the stratified GGN, the forward
+control variate, half the way to each round's optimum), test metrics per epoch, and
 optionally a run directory with a checkpoint after every epoch and exact resume.
 
-Resume is exact because everything random in an epoch is drawn from torch's
-global generator seeded with ``(seed, epoch)`` at the start of the epoch: a
-``DataLoader(shuffle=True)`` without its own generator draws its order from
-it. A loader with its own ``generator`` must make that a function of the
-epoch itself.
+Seeding is ``ella train``'s (:mod:`ella.train.alternating`): seed torch's global
+generator before building the model; a ``DataLoader(shuffle=True)`` without a
+generator of its own draws each epoch's order from the epoch's data-order generator
+(its generators are unset again when :func:`fit` returns); each checkpoint holds the
+global generator's state, so a resumed run equals the uninterrupted one. A loader
+with its own generator or sampler draws its own order: make it a function of the
+epoch for an exact resume.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from ella import distributed
 from ella.choices import Likelihood, SubsetControl
 from ella.config import option
 from ella.data.datasets import check_labels
-from ella.distributed import ONE_PROCESS, ShardedBatchSampler, World, data_parallel, shard_loader
-from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_seed
+from ella.distributed import (
+    ONE_PROCESS,
+    ShardedBatchSampler,
+    World,
+    data_parallel,
+    global_batches,
+    shard_loader,
+)
+from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
-from ella.engine.schedule import ScheduleConfig, evidence_due, make_optimizer
+from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
-from ella.learner import PriorLearner, dataset_labels, prior_convergence, shares_history
+from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.rundir import RESULTS
+from ella.train.alternating import (
+    AlternatingRun,
+    AlternatingState,
+    Batch,
+    data_loss,
+    order_sampler,
+    seed_epoch_order,
+    seeds_its_order,
+)
 
 __all__ = ["FitConfig", "FitResult", "fit"]
 
@@ -54,15 +78,9 @@ class FitConfig(ScheduleConfig):
 
     likelihood: Likelihood = Likelihood.CLASSIFICATION
     sigma_noise: float = option(1.0, greater_than=0)
-
-    def check(self) -> None:
-        super().check()
-        if self.subset_control == SubsetControl.TRAINING:
-            raise ConfigError(
-                "subset_control='training' reads traces that ella train records in its own "
-                "training passes; ella.fit's rounds use 'forward' (a pass over the training "
-                "set at each round) or 'none'"
-            )
+    # ella train's: the training passes' traces (the loop knows each batch's indices for
+    # a DataLoader with shuffle=True and no generator of its own, or with shuffle=False)
+    subset_control: SubsetControl = SubsetControl.TRAINING
 
 
 @dataclass
@@ -118,13 +136,6 @@ class FitResult:
         }
 
 
-def data_loss(output: torch.Tensor, y: torch.Tensor, config: FitConfig) -> torch.Tensor:
-    """Mean negative log likelihood per example (up to constants)."""
-    if config.likelihood == "classification":
-        return F.cross_entropy(output, y)
-    return 0.5 * (output - y).square().sum(dim=-1).mean() / config.sigma_noise**2
-
-
 @torch.no_grad()
 def evaluate_loader(
     model: nn.Module, loader: Iterable, config: FitConfig, world: World = ONE_PROCESS
@@ -136,7 +147,7 @@ def evaluate_loader(
     return evaluate_batches(
         model,
         loader,
-        lambda outputs, y: data_loss(outputs, y, config) * len(y),
+        lambda outputs, y: data_loss(outputs, y, config.likelihood, config.sigma_noise) * len(y),
         classification=config.likelihood == "classification",
         world=world,
     )
@@ -180,6 +191,49 @@ def _check_rounds(dataset, n_data: int, config: FitConfig) -> None:
             f"needs a map-style dataset (an iterable one has no indices): pass "
             "marglik_subset_size=None to fit every batch"
         )
+
+
+def _check_control(loader: Iterable, n_data: int, config: FitConfig) -> None:
+    """Refuse, before any training, the ``training`` control variate on a loader whose
+    batches' indices the loop cannot know (:func:`batch_indices`)."""
+    partial = config.marglik_subset_size is not None and config.marglik_subset_size < n_data
+    if not (config.learn_priors and partial and config.subset_control == SubsetControl.TRAINING):
+        return
+    if config.likelihood == "classification" and not indexes_batches(loader):
+        raise ConfigError(
+            "subset_control='training' records each example's curvature in the training "
+            "passes, which needs the indices of the loader's batches: ella.fit knows them for "
+            "a DataLoader(shuffle=True) without a generator of its own, or with shuffle=False; "
+            "for this loader pass subset_control='forward' (a pass over the training set at "
+            "each round)"
+        )
+
+
+def indexes_batches(loader: Iterable) -> bool:
+    """Whether :func:`batch_indices` knows ``loader``'s batches' indices."""
+    return seeds_its_order(loader) or (
+        isinstance(loader, DataLoader)
+        and isinstance(order_sampler(loader), SequentialSampler)
+        and loader.batch_size is not None
+    )
+
+
+def batch_indices(
+    loader: DataLoader, seed: int, epoch: int, world: World = ONE_PROCESS
+) -> list[torch.Tensor]:
+    """The indices in ``loader``'s data set of each of its batches in the epoch after
+    ``epoch`` completed ones, for a loader of :func:`indexes_batches`: the order of
+    :func:`~ella.train.alternating.seed_epoch_order` (:func:`~ella.distributed.global_batches`
+    on a generator of the same seed), or the data set's order; this process's part of
+    each where the loader was resharded (:func:`~ella.distributed.shard_loader`)."""
+    n, size = len(loader.dataset), loader.batch_size
+    if isinstance(order_sampler(loader), RandomSampler):
+        batches = global_batches(n, size, epoch_generator(seed, epoch, Stream.DATA_ORDER))
+    else:
+        batches = list(torch.arange(n).split(size))
+    if isinstance(loader.batch_sampler, ShardedBatchSampler):
+        batches = [world.part(batch) for batch in batches]
+    return batches
 
 
 def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> None:
@@ -245,84 +299,56 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
         )
 
 
-@dataclass
-class _FitState(EpochState):
-    log_marglik_epochs: list[int] = field(default_factory=list)
-
-
-class _FitRun(EpochRun):
-    """The epochs of :func:`fit` on the shared :class:`~ella.engine.epochs.EpochRun`."""
+class _FitRun(AlternatingRun):
+    """:func:`fit`'s run: the one loop (:class:`~ella.train.alternating.AlternatingRun`)
+    on a user's model and ``DataLoader``."""
 
     divergence_hint = "Try a smaller lr."
 
     def __init__(self, model, priors, train_loader, test_loader, config, out, world):
         self.model, self.priors, self.config, self.world = model, priors, config, world
+        self.likelihood, self.sigma_noise = config.likelihood, config.sigma_noise
+        self.device = next(model.parameters()).device
+        #: whether the run draws the loader's order (:func:`seed_epoch_order`)
+        self.seeds_order = seeds_its_order(train_loader)
+        self.user_loader = train_loader
         self.train_loader = shard_loader(train_loader, world)
+        self.train_data = train_loader.dataset
         self.test_loader = test_loader
         self.train_model = data_parallel(model, world)
         self.out = Path(out) if out is not None else None
         self.optimizer = make_optimizer(model, config)
-        self.state = _FitState()
+        self.state = AlternatingState()
         self.steps_per_epoch = len(self.train_loader)
-        self.labels: torch.Tensor | None = None  # of the training set, for the rounds
 
-    def train_epoch(self) -> dict:
-        model, config = self.model, self.config
-        torch.manual_seed(epoch_seed(config.seed, self.state.epoch + 1, Stream.DATA_ORDER))
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        """The loader's batches, in the order of the epoch's generator where the run draws
+        it; a ``DistributedSampler`` is told the epoch."""
+        if self.seeds_order:
+            seed_epoch_order(self.train_loader, self.config.seed, epoch)
         sampler = getattr(self.train_loader, "sampler", None)
         if isinstance(sampler, DistributedSampler):
-            sampler.set_epoch(self.state.epoch)
-        model.train()
-        device = next(model.parameters()).device
+            sampler.set_epoch(epoch)
         size = self.world.size
         # the global batch sizes when the loader was resharded here (the shards differ by
         # at most one example); else every process has len(y) of each batch
         resharded = getattr(self.train_loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
-        sums: dict[str, torch.Tensor] = {}
-        seen = 0
-        # the training accuracy, for classification with class indices as targets
-        counts = config.likelihood == "classification"
+        indices = None
+        if self.records_traces():  # the loader's indices (checked by _check_control)
+            indices = batch_indices(self.train_loader, self.config.seed, epoch, self.world)
         for i, (x, y) in enumerate(self.train_loader):
-            x, y = x.to(device), y.to(device)
-            lr = self.set_lr(self.optimizer)
-            n_batch = len(y) * size if sizes is None else sizes[i]  # the global batch
-            output = self.train_model(x)
-            data = self.world.mean_share(data_loss(output, y, config), len(y), n_batch)
-            objective = self.take_step(data, x, [self.optimizer], prior=self.priors)
-            add_sums(sums, loss=objective * n_batch / size, nll=data * n_batch / size)
-            counts = counts and y.ndim == output.ndim - 1  # not for soft labels
-            if counts:
-                add_sums(sums, correct=(output.detach().argmax(-1) == y).sum())
-            seen += len(y)
-        totals = self.close_steps(sums)  # the epoch's one read from the device
-        loss_sum, nll_sum, correct, seen = self.world.sum_values(
-            totals["loss"], totals["nll"], totals.get("correct", 0.0), seen
-        )
-        row = {"train_loss": loss_sum / seen, "train_nll": nll_sum / seen, "lr": lr}
-        if counts:
-            row["train_accuracy"] = correct / seen
-        return row
+            n_global = len(y) * size if sizes is None else sizes[i]
+            yield Batch(x, y, n_global, None if indices is None else indices[i])
 
-    def after_epoch(self, row: dict) -> None:
-        epoch = self.state.epoch
-        if evidence_due(self.config, epoch):
-            data, rounds = self.train_loader.dataset, self.priors.rounds
-            partial = rounds.draws_subset(len(data))
-            classification = self.config.likelihood == "classification"
-            if self.labels is None and classification and partial:
-                self.labels = dataset_labels(data)  # read once
-            row["log_marglik"] = self.priors.evidence_round(
-                data, epoch, labels=self.labels, progress=self.progress
-            )
-            if partial and rounds.control is not SubsetControl.NONE:
-                row["curvature_ratio"] = self.priors.last_curvature_ratio
-            row["prior_precision"] = self.priors.prior_precision
-            row["prior_gap"] = self.priors.gaps[-1]
-            shares = self.priors.shares()
-            if shares:  # a network with relaxed layers
-                row["shares"] = shares
-            self.state.log_marglik_epochs.append(epoch)
+    def release_loader(self) -> None:
+        """Give the user's loader back its own unseeded order."""
+        if self.seeds_order:
+            for loader in (self.train_loader, self.user_loader):
+                loader.generator = None
+            order_sampler(self.train_loader).generator = None
+
+    def measure(self, row: dict) -> None:
         if self.test_loader is not None:
             test = evaluate_loader(self.model, self.test_loader, self.config, self.world)
             row.update({f"test_{k}": v for k, v in test.items()})
@@ -332,12 +358,18 @@ class _FitRun(EpochRun):
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "priors": self.priors.state_dict(),
+            "output_trace": self.output_trace,
+            # the GGN samples its labels from the global generator: a resumed run
+            # continues its stream, so it equals the uninterrupted one
+            "rng_state": torch.get_rng_state(),
         }
 
     def restore_entries(self, ckpt: dict) -> None:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.priors.load_state_dict(ckpt["priors"])
+        self.output_trace = ckpt["output_trace"]
+        torch.set_rng_state(ckpt["rng_state"])
 
 
 def fit(
@@ -388,28 +420,31 @@ def fit(
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
     _check_rounds(train_loader.dataset, n_data, config)
+    _check_control(train_loader, n_data, config)
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
     _check_first_batch(model, train_loader, config)
     world = distributed.start()
     run = _FitRun(model, priors, train_loader, test_loader, config, out, world)
-    with run.owning():
-        finished = run.finished_results(resume) is not None  # its results.json stays
-        run.run_epochs("epochs", resume=resume, overwrite=overwrite)
-        result = _fit_result(run, model, priors, config)
-        if out is not None and world.is_main and not finished:
-            save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
+    try:
+        with run.owning():
+            finished = run.finished_results(resume) is not None  # its results.json stays
+            run.run_epochs("epochs", resume=resume, overwrite=overwrite)
+            result = _fit_result(run, model, priors)
+            if out is not None and world.is_main and not finished:
+                save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
+    finally:
+        run.release_loader()
     return result
 
 
-def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner, config: FitConfig):
+def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner):
     """The :class:`FitResult` of a trained run (the report of its final weights)."""
     state = run.state
-    last_round = state.log_marglik_epochs[-1:] == [state.epoch]
+    last_round = state.marglik_epochs[-1:] == [state.epoch]
     fitted_now = last_round and priors.evidence is not None
-    if not fitted_now:  # the report is always of the final weights (seeded: MC GGN)
-        torch.manual_seed(epoch_seed(config.seed, config.epochs + 1, Stream.DATA_ORDER))
+    if not fitted_now:  # the report is always of the final weights
         priors.fit(run.train_loader)
     report = priors.report()
     return FitResult(
@@ -420,7 +455,7 @@ def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner, config: Fi
         effective_parameters=report["effective_parameters"],
         effective_parameters_other=report["effective_parameters_other"],
         log_marglik=list(priors.history),
-        log_marglik_epochs=list(state.log_marglik_epochs),
+        log_marglik_epochs=list(state.marglik_epochs),
         prior_convergence=prior_convergence(
             [row["prior_precision"] for row in state.metrics if "prior_precision" in row]
         ),

@@ -1,35 +1,31 @@
-"""The alternating loop: MAP steps on the weights, evidence rounds on the prior precisions.
+"""``ella train``: the mixer and the data of a configuration, on the one alternating loop.
 
-Immer et al., "Scalable Marginal Likelihood Estimation for Model Selection in
-Deep Learning" (ICML 2021), Algorithm 1, as used by ELLA (NeurIPS 2023):
-
-* weights: SGD or Adam on ``CE(f(x), y) + 1/2 sum_t delta_t theta_t^2 / N`` with
-  ``delta`` detached (the prior enters as a weight decay per group);
-* priors: every ``marglik_frequency`` epochs after ``n_epochs_burnin``, an evidence
-  round fits the KFAC GGN of kind ``ggn`` once on this round's training images
-  (:meth:`Trainer.evidence_data`: all ``N``, or a fresh class-balanced subset of
-  ``marglik_subset_size``, whose curvature is scaled to ``N`` by ``N / M`` times the
-  control variate of ``subset_control``, :func:`ella.marglik.control.curvature_ratio`),
-  then moves ``log delta`` with the fitted factors: ``prior_step`` of the way to the
-  round's closed-form optimum of ``log p(D | delta)`` (``prior_update="optimum"``), or
-  ``n_hypersteps`` Adam steps on ``-log p(D | delta) / N`` (``"adam"``, the reference's).
+:class:`Trainer` builds what a :class:`~ella.train.config.TrainConfig` names (the data
+set with its validation split, the mixer or another of :mod:`ella.models`, input
+invariance, augmentation, the step's arithmetic) and trains it with the loop that
+:func:`ella.fit` runs (:class:`~ella.train.alternating.AlternatingRun`: MAP steps with
+the prior term, and the :class:`~ella.learner.PriorLearner`'s evidence rounds). What is
+its own: the batches, cut from the images in memory and augmented on the device
+(:meth:`Trainer.epoch_batches`); the rounds of an input-invariant model, Adam steps
+through the differentiable evidence of the invariant model
+(:meth:`Trainer.invariance_hyper_steps`); the best-evidence state; and the run
+directory's ``results.json`` and figures (:meth:`Trainer.finish`).
 
 :class:`~ella.train.config.TrainConfig`'s defaults resolve ``ggn`` and ``prior_update``
 (``auto``) to the stratified GGN and the closed-form step, on a subset with the
-training passes' control variate. With input invariance (``invariance`` other than
-``none``) the rounds take Adam steps through the differentiable evidence of the
-invariant model instead (:meth:`Trainer.invariance_hyper_steps`). With
-``learn_priors=False`` the same loop trains a MAP baseline.
+training passes' control variate. With ``learn_priors=False`` the same loop trains a
+MAP baseline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,7 +48,7 @@ from ella.distributed import (
     sharded_batches,
 )
 from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
-from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_generator
+from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
@@ -62,8 +58,7 @@ from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.marglik import LaplaceEvidence
-from ella.marglik.control import output_hessian_trace
-from ella.marglik.evidence import check_memory, non_finite_parameters
+from ella.marglik.evidence import check_memory
 from ella.models import Mixer
 from ella.models.build import build_model
 from ella.report import (
@@ -75,6 +70,7 @@ from ella.report import (
 )
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
+from ella.train.alternating import AlternatingRun, AlternatingState, Batch
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
 
 
@@ -119,19 +115,18 @@ def _summed_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 
 
 @dataclass
-class TrainState(EpochState):
+class TrainState(AlternatingState):
     """Everything that changes during training (and goes into the checkpoint)."""
 
-    marglik: list[float] = field(default_factory=list)
-    marglik_epochs: list[int] = field(default_factory=list)
     best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
     # the last evidence round: epoch, log_marglik and its effective-parameter report, so
     # that a run resumed after its last epoch reports exactly what it would have
     last_round: dict | None = None
 
 
-class Trainer(EpochRun):
-    """Trains one model as configured, writing a run directory (on :class:`EpochRun`).
+class Trainer(AlternatingRun):
+    """Trains one model as configured, writing a run directory: the mixer and the data of
+    the configuration, on the loop of :class:`~ella.train.alternating.AlternatingRun`.
 
     Args:
         config: the run's configuration.
@@ -180,6 +175,7 @@ class Trainer(EpochRun):
         #: the training images and labels the steps index (on the device where they fit)
         self.train_tensors = self._training_tensors()
         self.n_train = len(self.data.train)
+        self.train_data = self.data.train
         self.labels = self.data.train.tensors[1]
         check_batches(self.n_train, config.batch_size, self.world)
         self.priors = PriorLearner.from_config(self.net, self.n_train, config)
@@ -266,14 +262,6 @@ class Trainer(EpochRun):
             return {}
         return eta_as_dict(self.model.eta * self.model.mask)
 
-    def predict_train(self, x: torch.Tensor, eps: torch.Tensor | None) -> torch.Tensor:
-        """Training-mode logits; an invariant model averages over the transformations
-        ``eps`` (:meth:`epoch_transformations`)."""
-        if not self.invariant:
-            return self.train_model(x)
-        eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
-        return self.model(x, eps=eps, eta=eta)
-
     def epoch_transformations(self, epoch: int) -> Iterator[torch.Tensor | None]:
         """The transformation samples of ``epoch``'s batches in turn, drawn up front from the
         epoch's generator (the draws of drawing them batch by batch) and moved to the device
@@ -313,63 +301,50 @@ class Trainer(EpochRun):
             torch.set_rng_state(ckpt["rng_state"])
 
     # ------------------------------------------------------------------ steps
-    def train_epoch(self) -> dict[str, float]:
-        cfg, model, world = self.config, self.model, self.world
-        model.train()
-        epoch = self.state.epoch
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        """This process's part of every (augmented) global batch of the epoch after
+        ``epoch`` completed ones, with its indices and an invariant model's
+        transformation samples."""
         transformations = self.epoch_transformations(epoch)
         batches = sharded_batches(
             self.train_tensors,
-            cfg.batch_size,
-            epoch_generator(cfg.seed, epoch, Stream.DATA_ORDER),
-            world,
+            self.config.batch_size,
+            epoch_generator(self.config.seed, epoch, Stream.DATA_ORDER),
+            self.world,
             self.epoch_augmentation(epoch),
         )
-        sums: dict[str, torch.Tensor] = {}
-        seen = 0
-        records_trace = self.subset_control() is SubsetControl.TRAINING
-        device = self.train_tensors[1].device
-        trace = (
-            torch.zeros(self.n_train, dtype=torch.float64, device=device) if records_trace else None
-        )
-        augerino = [self.eta_optimizer] if cfg.invariance == "augerino" else []
-        with self.steps.arithmetic():
-            for x, y, n_batch, index in batches:  # this process's part of a global batch
-                x, y = x.to(self.device), y.to(self.device)
-                lr = self.set_lr(self.optimizer)
-                with self.steps.autocast():
-                    logits = self.predict_train(x, next(transformations)).float()
-                    data_loss = world.mean_share(F.cross_entropy(logits, y), len(y), n_batch)
-                loss = data_loss
-                if augerino:  # Benton et al. 2020: reward wider ranges
-                    loss = loss - cfg.augerino_reg * (self.model.eta * self.model.mask).norm()
-                objective = self.take_step(loss, x, [self.optimizer, *augerino], prior=self.priors)
-                share = n_batch / world.size
-                add_sums(
-                    sums,
-                    loss=objective * share,
-                    nll=data_loss * share,
-                    correct=(logits.detach().argmax(1) == y).sum(),
-                )
-                seen += len(y)
-                if records_trace:
-                    trace[index.to(trace.device)] = output_hessian_trace(logits.detach())
-        totals = self.close_steps(sums)  # the epoch's one read from the device
-        loss_sum, nll_sum, correct, seen = world.sum_values(
-            totals["loss"], totals["nll"], totals["correct"], seen
-        )
-        if records_trace:  # every image is in one process's part of one batch
-            trace = world.sum_(trace.to(self.device)).cpu()
-            # two epochs' passes see two augmentations: their mean follows the curvature
-            # better than one (docs/research/0025-subset-control-variate.md)
-            old = self.output_trace
-            self.output_trace = torch.where(old.isnan(), trace, 0.5 * (old + trace))
-        return {
-            "train_loss": loss_sum / seen,
-            "train_nll": nll_sum / seen,
-            "train_accuracy": correct / seen,
-            "lr": lr,
-        }
+        for x, y, n_batch, index in batches:
+            yield Batch(x, y, n_batch, index, next(transformations))
+
+    def predict_train(self, batch: Batch) -> torch.Tensor:
+        """Training-mode logits; an invariant model averages over the batch's
+        transformations (:meth:`epoch_transformations`)."""
+        if not self.invariant:
+            return self.train_model(batch.x)
+        eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
+        return self.model(batch.x, eps=batch.eps, eta=eta)
+
+    def regularised(self, loss: torch.Tensor) -> torch.Tensor:
+        """Augerino's loss rewards wider ranges (Benton et al. 2020)."""
+        if self.config.invariance != "augerino":
+            return loss
+        return loss - self.config.augerino_reg * (self.model.eta * self.model.mask).norm()
+
+    def step_optimizers(self) -> list[torch.optim.Optimizer]:
+        augerino = self.config.invariance == "augerino"
+        return [self.optimizer, self.eta_optimizer] if augerino else [self.optimizer]
+
+    def arithmetic(self) -> contextlib.AbstractContextManager:
+        return self.steps.arithmetic()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return self.steps.autocast()
+
+    def learning(self) -> bool:
+        return self.config.learn_priors or self.config.invariance == "learned"
+
+    def trace_device(self) -> torch.device:
+        return self.train_tensors[1].device
 
     def epoch_augmentation(
         self, epoch: int
@@ -484,29 +459,15 @@ class Trainer(EpochRun):
         self._round_evidence = evidence
         return float(value)
 
-    def hyper_steps(self) -> float:
-        """Fit the evidence once and take the Adam steps; return the final log evidence."""
+    def evidence_round(self) -> float:
+        """This round: the learner's (:meth:`AlternatingRun.evidence_round`), or Adam steps
+        through the invariant model's evidence (:meth:`invariance_hyper_steps`); returns
+        the log evidence after it."""
         if self.invariant:
             return self.invariance_hyper_steps()
-        evidence = self.fit_evidence()
-        try:
-            value = self.priors.hyper_steps(self.config.n_hypersteps)
-        except TrainingDivergedError as err:
-            raise TrainingDivergedError(
-                f"{err} (epoch {self.state.epoch}; {checkpoint_note(self.out)})"
-            ) from err
-        self._round_evidence = evidence
+        value = super().evidence_round()
+        self._round_evidence = self.priors.evidence
         return value
-
-    def check_finite_weights(self) -> None:
-        """Refuse to save or use weights that stopped being finite (a diverged step)."""
-        bad = non_finite_parameters(self.model)
-        if bad:
-            raise TrainingDivergedError(
-                f"the weights became non-finite ({', '.join(bad[:3])}"
-                f"{' ...' if len(bad) > 3 else ''}) in epoch {self.state.epoch}; "
-                f"{checkpoint_note(self.out)}. Try a smaller --lr."
-            )
 
     def _check_evidence(self, value: torch.Tensor) -> None:
         if not torch.isfinite(value):
@@ -514,10 +475,6 @@ class Trainer(EpochRun):
                 f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
                 f"{checkpoint_note(self.out)}. Try a smaller --lr-hyp or more burn-in epochs."
             )
-
-    def evidence_due(self) -> bool:
-        """Whether the evidence is fitted after the epoch just completed."""
-        return self.state.epoch in evidence_epochs(self.config)
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -542,33 +499,32 @@ class Trainer(EpochRun):
         except EvidenceError as err:  # its message names the fix (a smaller --lr)
             raise TrainingDivergedError(f"{err}; {checkpoint_note(self.out)}") from err
 
-    def after_epoch(self, row: dict) -> None:
-        """Check the weights; fit the evidence when due; measure the test set."""
-        self.check_finite_weights()
-        if self.evidence_due():
-            value = self.hyper_steps()
-            self.state.marglik.append(value)
-            self.state.marglik_epochs.append(self.state.epoch)
-            row["log_marglik"] = value
-            row["prior_precision"] = self.prior.as_dict(self.log_prior.exp())
-            if not self.invariant:
-                row["prior_gap"] = self.priors.gaps[-1]
-            if self.subset_control() is not SubsetControl.NONE:
-                row["curvature_ratio"] = self.priors.last_curvature_ratio
-            report = self.round_report()
-            self.state.last_round = {"epoch": self.state.epoch, "log_marglik": value,
-                                     "report": report}  # fmt: skip
-            shares = layer_mean_shares(report["layers"])
-            if shares:  # a network with relaxed layers
-                row["shares"] = shares
-            keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
-            if keeps_best and (self.state.best is None or value > self.state.best["log_marglik"]):
-                self.state.best = {
-                    "epoch": self.state.epoch,
-                    "log_marglik": value,
-                    "model": copy.deepcopy(self.model.state_dict()),
-                    "log_prior": self.log_prior.detach().clone(),
-                }
+    def round_metrics(self) -> dict:
+        """The loop's round metrics (an invariant model's rounds have no gap to an
+        optimum); keeps the round's report and, with ``--report-state best_evidence``, the
+        best-evidence state."""
+        value, epoch = self.state.marglik[-1], self.state.epoch
+        report = self.round_report()
+        self.state.last_round = {"epoch": epoch, "log_marglik": value, "report": report}
+        row = super().round_metrics()
+        keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
+        if keeps_best and (self.state.best is None or value > self.state.best["log_marglik"]):
+            self.state.best = {
+                "epoch": epoch,
+                "log_marglik": value,
+                "model": copy.deepcopy(self.model.state_dict()),
+                "log_prior": self.log_prior.detach().clone(),
+            }
+        return row
+
+    def round_gap(self) -> float | None:
+        return None if self.invariant else super().round_gap()
+
+    def round_shares(self) -> dict[str, float]:
+        return layer_mean_shares(self.state.last_round["report"]["layers"])
+
+    def measure(self, row: dict) -> None:
+        """An invariant model's extents; the validation (if held out) and test metrics."""
         if self.invariant:
             row["eta"] = self.eta()
         for split, metrics in self.evaluate_sets().items():

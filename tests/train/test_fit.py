@@ -12,11 +12,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ella
 from ella import FitConfig, PriorLearner
-from ella.engine.epochs import Stream, epoch_seed
 from ella.engine.health import training_collapse
-from ella.engine.schedule import cosine_lr
+from ella.engine.schedule import cosine_lr, evidence_due
 from ella.errors import ConfigError
-from ella.train.fit import evidence_due
 from tests.user_models import user_model
 
 SCHEDULE = dict(
@@ -84,11 +82,12 @@ def test_resume_after_an_interruption_gives_the_uninterrupted_result(tmp_path):
 
 @pytest.mark.parametrize("subset", [None, 16], ids=["every example", "subset rounds"])
 def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights(subset):
-    """The documented calls (PriorLearner.from_config, penalty, evidence_round) in a loop
-    of one's own reproduce ella.fit: its rounds (subset, control variate, update) are the
-    learner's, not the loop's."""
+    """The documented calls (PriorLearner.from_config, seed_epoch_order, penalty,
+    evidence_round) in a loop of one's own reproduce ella.fit: its rounds (subset, control
+    variate, update) are the learner's, not the loop's."""
     train, test = loaders()
-    schedule = {**SCHEDULE, "marglik_subset_size": subset}
+    # the forward control: the training one reads traces a hand-written loop records itself
+    schedule = {**SCHEDULE, "marglik_subset_size": subset, "subset_control": "forward"}
     result = ella.fit(user_model(), train, **schedule)
     if subset is not None:  # the rounds drew half the examples, with the control variate
         assert all(row["curvature_ratio"] > 0 for row in result.metrics if "log_marglik" in row)
@@ -99,9 +98,7 @@ def test_a_hand_written_loop_with_the_pieces_gives_the_same_priors_and_weights(s
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     step, total = 0, config.epochs * len(train)
     for epoch in range(1, config.epochs + 1):
-        torch.manual_seed(
-            epoch_seed(config.seed, epoch, Stream.DATA_ORDER)
-        )  # fit's data order and MC labels
+        ella.seed_epoch_order(train, config.seed, epoch - 1)  # fit's data order
         for x, y in train:
             for group in optimiser.param_groups:
                 group["lr"] = cosine_lr(step, total, config.lr, config.lr_min)
@@ -142,9 +139,11 @@ def test_bad_options_and_loaders_are_refused_before_any_training():
         ella.fit(user_model(), list(train))
     with pytest.raises(ConfigError, match="needs out"):
         ella.fit(user_model(), train, resume=True)
-    # rounds on a subset: a Kronecker Hessian, a map-style dataset, no training traces
+    # rounds on a subset: a Kronecker Hessian, a map-style dataset, training traces only
+    # where the loop knows each batch's indices (not for an order of the user's own)
+    own_order = DataLoader(train.dataset, batch_size=8, shuffle=True, generator=torch.Generator())
     with pytest.raises(ConfigError, match="subset_control='training'.*'forward'"):
-        FitConfig(subset_control="training")
+        ella.fit(user_model(), own_order, marglik_subset_size=16)
     with pytest.raises(ConfigError, match="needs hessian='kron'.*marglik_subset_size=None"):
         ella.fit(user_model(), train, hessian="diag", backend="asdl", marglik_subset_size=16)
 
