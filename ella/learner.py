@@ -50,6 +50,7 @@ from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import at_bound, check_n_data
+from ella.report import effective_parameter_report, mean_shares
 
 __all__ = ["EvidenceRounds", "PriorLearner", "dataset_labels", "forward_traces"]
 
@@ -637,8 +638,6 @@ class PriorLearner:
             "prior_precision": {...}, "prior_variance": {...}, "log_marglik": [...]}``;
             ``ella.report.format_table`` prints it.
         """
-        from ella.report import effective_parameter_report
-
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
         report = effective_parameter_report(
@@ -656,8 +655,6 @@ class PriorLearner:
         """Mean FC / CONV / GCONV share over the relaxed layers at the last evidence and
         the current priors (:func:`ella.report.mean_shares`; empty without relaxed
         layers)."""
-        from ella.report import mean_shares
-
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
         return mean_shares(self.model, self.evidence, self.log_prior.detach().exp())

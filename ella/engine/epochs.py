@@ -21,10 +21,10 @@ import enum
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -57,6 +57,8 @@ __all__ = [
     "non_finite_metrics",
     "save_epoch",
 ]
+
+T = TypeVar("T")
 
 #: metrics of an epoch's row that a healthy run keeps finite (a suffix of the key)
 CHECKED_METRICS = ("loss", "accuracy", "nll", "log_marglik")
@@ -156,6 +158,8 @@ class EpochRun(abc.ABC):
     out: Path | None
     state: EpochState
     steps_per_epoch: int
+    #: the weights' optimiser, whose rate :meth:`pass_over` sets before each step
+    optimizer: torch.optim.Optimizer
     #: the processes of the job (this one alone by default)
     world: World = ONE_PROCESS
     #: what the divergence message advises
@@ -267,6 +271,33 @@ class EpochRun(abc.ABC):
         for group in optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         return lr
+
+    def pass_over(
+        self,
+        batches: Iterable[T],
+        step: Callable[[T], tuple[dict[str, torch.Tensor], int]],
+    ) -> dict[str, float]:
+        """The steps of one epoch, the loop of every command: for each batch, set the
+        learning rate of ``self.optimizer`` (:meth:`set_lr`) and call ``step(batch)``, which
+        takes the step (:meth:`take_step`) and returns the terms to add to the epoch's
+        sums (this process's share, on the device; :func:`add_sums`) and its number of
+        examples. It ends with :meth:`close_steps`, the epoch's one read from the device,
+        and one sum over the processes.
+
+        Returns:
+            The sums over every process by term, with ``"seen"`` (the examples) and
+            ``"lr"`` (the last step's rate).
+        """
+        sums: dict[str, torch.Tensor] = {}
+        seen, lr = 0, math.nan
+        for batch in batches:
+            lr = self.set_lr(self.optimizer)
+            terms, n = step(batch)
+            add_sums(sums, **terms)
+            seen += n
+        totals = self.close_steps(sums)
+        values = self.world.sum_values(*totals.values(), seen)
+        return {**dict(zip(totals, values, strict=False)), "seen": values[-1], "lr": lr}
 
     def take_step(
         self,

@@ -18,8 +18,13 @@ from ella.choices import (
     PathName,
 )
 from ella.config import MAX_SEED, option
+from ella.data.corruptions import SEVERITIES
+from ella.data.datasets import parse_name
 from ella.engine.schedule import OPTIMIZER_HELP, OptimizerConfig
 from ella.errors import ConfigError
+from ella.groups import get_group
+from ella.models.build import check_mixer_options
+from ella.system import check_device_name
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = EnsembleMethod.values()
@@ -90,12 +95,6 @@ class EnsembleConfig(OptimizerConfig):
 
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
-        from ella.data.corruptions import SEVERITIES
-        from ella.data.datasets import parse_name
-        from ella.groups import get_group
-        from ella.models.build import check_mixer_options
-        from ella.system import check_device_name
-
         check_mixer_options(self)
         if self.member_seeds[-1] > MAX_SEED:
             raise ConfigError(

@@ -37,7 +37,7 @@ from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
 from ella.distributed import check_batches, current, sharded_batches
-from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_generator
+from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
 from ella.engine.schedule import make_optimizer
 from ella.ensembles.config import EnsembleConfig
 from ella.ensembles.kernels import (
@@ -294,8 +294,6 @@ class EnsembleTrainer(EpochRun):
 
     def train_epoch(self) -> dict[str, float]:
         self.ensemble.train()
-        sums: dict[str, torch.Tensor] = {}
-        seen = 0
         world, epoch = self.world, self.state.epoch
         bar = tqdm(
             self.batches(epoch),
@@ -304,8 +302,9 @@ class EnsembleTrainer(EpochRun):
             leave=False,
             disable=not self.progress,
         )
-        for x, y, n_global in bar:
-            lr = self.set_lr(self.optimizer)
+
+        def step(batch: tuple[torch.Tensor, torch.Tensor, int]):
+            x, y, n_global = batch
             surrogate, parts = self.loss(x, y, n_global)
             self.take_step(
                 surrogate,
@@ -314,12 +313,16 @@ class EnsembleTrainer(EpochRun):
                 what="ensemble loss",
                 before_step=lambda: world.average_gradients(self.ensemble.parameters()),
             )
-            seen += len(y)
-            # this process's share of the global batch's sums
-            add_sums(sums, loss=parts["loss"] * n_global / world.size, correct=parts["correct"])
-        totals = self.close_steps(sums)  # the epoch's one read from the device
-        loss_sum, correct, seen = world.sum_values(totals["loss"], totals["correct"], seen)
-        return {"train_loss": loss_sum / seen, "train_accuracy": correct / seen, "lr": lr}
+            share = parts["loss"] * n_global / world.size  # of the global batch's sum
+            return {"loss": share, "correct": parts["correct"]}, len(y)
+
+        sums = self.pass_over(bar, step)
+        seen = sums["seen"]
+        return {
+            "train_loss": sums["loss"] / seen,
+            "train_accuracy": sums["correct"] / seen,
+            "lr": sums["lr"],
+        }
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ella.groups import Action, Group, get_group, group_action
+from ella.io import atomic_write
 from ella.metrics.geed import (
     EquivarianceDeviation,
     as_output,
@@ -38,6 +39,7 @@ from ella.metrics.geed import (
     invariance_reference,
 )
 from ella.metrics.orbit import orbit_outputs, orbit_same_predictions
+from ella.models.mixer import Mixer
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -177,8 +179,6 @@ def default_layers(model: nn.Module, group: Group) -> dict[str, Action | None]:
     (its lifted tensors carry no action of this one): only the group pool.
     Any other model: every ``nn.Conv2d``, the action guessed from its output.
     """
-    from ella.models.mixer import Mixer
-
     if isinstance(model, Mixer):
         layers: dict[str, Action | None] = {}
         if model.group.name == group.name and model.group.order == group.order:
@@ -449,8 +449,6 @@ def plot_symmetry(
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     if path is not None:
-        from ella.io import atomic_write
-
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
         plt.close(fig)
     return fig

@@ -41,7 +41,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from ella.choices import Likelihood, SubsetControl
-from ella.engine.epochs import EpochRun, EpochState, Stream, add_sums, epoch_generator
+from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
 from ella.engine.schedule import evidence_due
 from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels
@@ -209,44 +209,39 @@ class AlternatingRun(EpochRun):
         accuracy (class-index targets) and last learning rate."""
         world = self.world
         self.model.train()
-        sums: dict[str, torch.Tensor] = {}
-        seen = 0
         trace = None
         if self.records_traces():
             n, device = len(self.train_data), self.trace_device()
             trace = torch.zeros(n, dtype=torch.float64, device=device)
-        counts = self.likelihood == Likelihood.CLASSIFICATION  # with class indices
+        classification = self.likelihood == Likelihood.CLASSIFICATION
         optimizers = self.step_optimizers()
+
+        def step(batch: Batch) -> tuple[dict[str, torch.Tensor], int]:
+            x, y = batch.x.to(self.device), batch.y.to(self.device)
+            with self.autocast():
+                outputs = self.predict_train(batch._replace(x=x, y=y))
+                if outputs.dtype in (torch.float16, torch.bfloat16):
+                    outputs = outputs.float()
+                nll = data_loss(outputs, y, self.likelihood, self.sigma_noise)
+                nll = world.mean_share(nll, len(y), batch.n_global)
+            objective = self.take_step(self.regularised(nll), x, optimizers, prior=self.priors)
+            share = batch.n_global / world.size
+            terms = {"loss": objective * share, "nll": nll * share}
+            if classification and y.ndim == outputs.ndim - 1:  # class indices, not soft labels
+                terms["correct"] = (outputs.detach().argmax(-1) == y).sum()
+            if trace is not None:
+                trace[batch.index.to(trace.device)] = output_hessian_trace(outputs.detach())
+            return terms, len(y)
+
         with self.arithmetic():
-            for batch in self.epoch_batches(self.state.epoch):
-                x, y = batch.x.to(self.device), batch.y.to(self.device)
-                batch = batch._replace(x=x, y=y)
-                lr = self.set_lr(self.optimizer)
-                with self.autocast():
-                    outputs = self.predict_train(batch)
-                    if outputs.dtype in (torch.float16, torch.bfloat16):
-                        outputs = outputs.float()
-                    nll = data_loss(outputs, y, self.likelihood, self.sigma_noise)
-                    nll = world.mean_share(nll, len(y), batch.n_global)
-                objective = self.take_step(self.regularised(nll), x, optimizers, prior=self.priors)
-                share = batch.n_global / world.size
-                add_sums(sums, loss=objective * share, nll=nll * share)
-                counts = counts and y.ndim == outputs.ndim - 1  # not for soft labels
-                if counts:
-                    add_sums(sums, correct=(outputs.detach().argmax(-1) == y).sum())
-                seen += len(y)
-                if trace is not None:
-                    trace[batch.index.to(trace.device)] = output_hessian_trace(outputs.detach())
-        totals = self.close_steps(sums)  # the epoch's one read from the device
-        loss_sum, nll_sum, correct, seen = world.sum_values(
-            totals["loss"], totals["nll"], totals.get("correct", 0.0), seen
-        )
+            sums = self.pass_over(self.epoch_batches(self.state.epoch), step)
         if trace is not None:
             self.add_traces(trace)
-        row = {"train_loss": loss_sum / seen, "train_nll": nll_sum / seen}
-        if counts:
-            row["train_accuracy"] = correct / seen
-        row["lr"] = lr
+        seen = sums["seen"]
+        row = {"train_loss": sums["loss"] / seen, "train_nll": sums["nll"] / seen}
+        if "correct" in sums:
+            row["train_accuracy"] = sums["correct"] / seen
+        row["lr"] = sums["lr"]
         return row
 
     def records_traces(self) -> bool:

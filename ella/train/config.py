@@ -26,8 +26,11 @@ from ella.choices import (
     SubsetControl,
 )
 from ella.config import option
+from ella.data.datasets import image_side
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
+from ella.models.build import check_mixer_options
+from ella.system import check_device_name
 
 #: Training images (the first) on which ``--head-init data`` standardises a mixer's head.
 HEAD_INIT_IMAGES = 512
@@ -181,10 +184,6 @@ class TrainConfig(ScheduleConfig):
 
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
-        from ella.data.datasets import image_side
-        from ella.models.build import check_mixer_options
-        from ella.system import check_device_name
-
         super().check()
 
         side = image_side(self.dataset)

@@ -57,7 +57,7 @@ from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
-from ella.marglik import LaplaceEvidence
+from ella.marglik import LaplaceEvidence, class_frequency_model
 from ella.marglik.evidence import check_memory
 from ella.models import Mixer
 from ella.models.build import build_model
@@ -555,8 +555,6 @@ class Trainer(AlternatingRun):
 
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
-        from ella.marglik import class_frequency_model
-
         final = self.evaluate_sets()
         best = self.state.best  # kept only with --report-state best_evidence
         reported = final
