@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 import torch
@@ -47,11 +48,12 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ella.choices import GGN, PriorMean
+from ella.distributed import ONE_PROCESS
 from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
-from ella.learner import PriorLearner
+from ella.learner import PriorLearner, dataset_labels
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
-from ella.nn import ALL_PATH_NAMES, path_columns
+from ella.nn import ALL_PATH_NAMES, RelaxedLayer, path_columns
 from ella.report import mean_shares, paths_label
 from ella.rundir import (
     CHECKPOINT,
@@ -64,6 +66,8 @@ from ella.rundir import (
     read_json,
     run_lock,
 )
+from ella.train.alternating import AlternatingRun
+from ella.train.fit import FitResult, FitRun, evaluate_loader
 from ella.train.loop import Trainer, evaluate
 from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 
@@ -90,51 +94,64 @@ CONTROL = "none"
 
 
 def select(
-    run: str | Path,
+    run: str | Path | FitResult,
+    train_loader: DataLoader | None = None,
+    test_loader: Iterable | None = None,
     *,
     epochs: int = 20,
     drop_only: bool = False,
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
-    """Choose the paths of a learned ``ella train`` run by the Laplace evidence.
+    """Choose the paths of a learned network by the Laplace evidence: a run of
+    ``ella train``, or a model of :func:`ella.fit`.
 
     ``ella select RUN`` in Python. Greedy backward selection (:func:`select_paths`): each
     round trains on the network and, for each path it still has, the network without it,
     and drops the path whose removal raises the evidence most, until none does. With
     ``drop_only``, the first round alone (:func:`drop_each_path`). Everything is refused
-    before any work (:func:`check_selectable`), and the run directory is held
-    (:func:`ella.rundir.run_lock`) while the candidates train.
+    before any work (:func:`check_selectable`, :func:`check_fitted_selectable`), and a
+    run directory is held (:func:`ella.rundir.run_lock`) while the candidates train.
 
     Args:
         run: the run directory of a finished ``ella train`` run with learned priors
-            centred at zero, a mixer of two or more paths.
+            centred at zero, a mixer of two or more paths; or the :class:`FitResult` of
+            :func:`ella.fit` on a model whose relaxed layers have two or more paths
+            (:func:`select_fitted`).
+        train_loader, test_loader: for a :class:`FitResult`, the loaders ``ella.fit``
+            trained and tested it on (a run directory names its data).
         epochs: epochs of training on per candidate, with the run's recipe.
         drop_only: one round only (the network without each path against the whole one),
             recorded in ``path_drops.json``; else the greedy selection, recorded in
             ``path_selection.json`` with the selected network's weights in
             ``path_selection.pt``. A later call with the same ``epochs`` resumes from them.
+            The selection of a :class:`FitResult` writes nothing.
         data_dir: the run's data files, if moved since the run.
         progress: a progress bar per candidate.
 
     Returns:
         With ``drop_only``: ``{"epochs", "rows"}`` (:func:`drop_each_path`); else the
         selection record ``{"epochs", "paths", "null", "rounds", "kept", "finished"}``
-        (:func:`select_paths`), ``kept`` the selected paths. :func:`format_path_drops` and
-        :func:`format_path_selection` print them as tables.
+        (:func:`select_paths`), ``kept`` the selected paths; for a :class:`FitResult` also
+        ``"selected"``, the chosen network's ``{"model", "log_prior"}``.
+        :func:`format_path_drops` and :func:`format_path_selection` print them as tables.
 
     Raises:
-        TypeError: ``run`` is a model, not a run directory. Selection for your own model
-            and loaders (``ella.fit``) is not available: each candidate is trained with the
-            recipe a run directory records.
-        ConfigError, RunDirectoryError: as :func:`check_selectable`.
+        TypeError: ``run`` is a model: pass the :class:`FitResult` that ``ella.fit``
+            returned for it (it carries the learned priors and the recipe).
+        ConfigError, RunDirectoryError: as :func:`check_selectable` or
+            :func:`check_fitted_selectable`.
     """
     if isinstance(run, nn.Module):
         raise TypeError(
-            "ella.select takes the run directory of an ella train run, not a model: selection "
-            "trains each candidate with the recipe the run directory records, which a model "
-            "and its loaders do not carry; train your network with ella train (or "
-            "ella.train.train) and pass its run directory"
+            "ella.select takes the FitResult that ella.fit returned for your model (it "
+            "carries the learned priors and the recipe each candidate is trained with) and "
+            "its loaders, ella.select(result, train_loader, test_loader); or the run "
+            "directory of an ella train run"
+        )
+    if isinstance(run, FitResult):
+        return select_fitted(
+            run, train_loader, test_loader, epochs=epochs, drop_only=drop_only, progress=progress
         )
     if drop_only:
         return drop_each_path(run, epochs, data_dir, progress)
@@ -240,47 +257,87 @@ def train_on(
         ``{"model", "log_prior"}``, the weights trained on and those optimal log
         precisions, for a next round.
     """
-    began = time.perf_counter()
     run, log_prior = load_learned_run(run_dir, data_dir)
-    state = run.net.state_dict()
-    if start is not None:
-        state, log_prior = start["model"], start["log_prior"]
+    if start is None:
+        start = {"model": run.net.state_dict(), "log_prior": log_prior}
     # run.config names the data where the run found it, or ``data_dir`` where given
     config = dataclasses.replace(run.config, epochs=epochs, progress=False)
     with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
         trainer = Trainer(config, scratch)
-    trainer.net.load_state_dict(state)
+    kept = [p for p in relaxed_paths(run_dir) if p not in dropped]
+    return train_candidate(
+        trainer, dropped, start, kept, lambda: evaluate(trainer.model, trainer.data.test), progress
+    )
+
+
+def dropped_flags(net: nn.Module, dropped: Collection[str]) -> list[bool]:
+    """For each trainable tensor of ``net`` (in the order of its prior groups), whether
+    ``dropped`` puts it at zero: a path name (``"fc"``) in every relaxed layer, or a prior
+    group of one (``"layer3.fc"``)."""
+    relaxed = {name for name, module in net.named_modules() if isinstance(module, RelaxedLayer)}
+    flags = []
+    for group in PriorStructure(net, "layer_path").tensor_groups:
+        layer, _, path = group.rpartition(".")
+        flags.append(layer in relaxed and (group in dropped or path in dropped))
+    return flags
+
+
+def train_candidate(
+    run: AlternatingRun,
+    dropped: Collection[str],
+    start: dict,
+    kept: list[str],
+    test: Callable[[], dict[str, float]],
+    progress: bool = False,
+) -> tuple[dict, dict]:
+    """Train ``run``'s network from ``start`` for ``run.config.epochs`` epochs of the one
+    loop with the ``dropped`` paths at zero (held there), under fixed prior precisions,
+    and measure it: :func:`train_on`'s row and end state, for a run of ``ella train`` or
+    of :func:`ella.fit`.
+
+    Args:
+        run: the loop (:class:`~ella.train.alternating.AlternatingRun`) over a fresh network:
+            its ``model`` is the candidate (its parameters get hooks that hold the dropped
+            tensors at zero).
+        dropped: the paths or prior groups at zero (:func:`dropped_flags`).
+        start: ``{"model": state_dict, "log_prior": (n_groups,)}`` to begin from.
+        kept: the paths the candidate keeps, for its row.
+        test: the test metrics of the trained network, ``{"accuracy", "nll"}``.
+        progress: a progress bar over the epochs.
+    """
+    began = time.perf_counter()
+    net, config = run.model, run.config
+    net.load_state_dict(start["model"])
     with torch.no_grad():
-        trainer.log_prior.copy_(log_prior)
-    groups = PriorStructure(trainer.net, "layer_path").tensor_groups
-    params = [p for p in trainer.net.parameters() if p.requires_grad]
-    flags = [g in dropped or g.rpartition(".")[2] in dropped for g in groups]
+        run.priors.log_prior.copy_(start["log_prior"])
+    params = [p for p in net.parameters() if p.requires_grad]
+    flags = dropped_flags(net, dropped)
     for p, flag in zip(params, flags, strict=True):
         if flag:
             with torch.no_grad():
                 p.zero_()
             p.register_hook(torch.zeros_like)  # Adam and SGD then leave it at zero
     label = f"without {', '.join(sorted(dropped))}" if dropped else CONTROL
-    for epoch in tqdm(range(1, epochs + 1), desc=label, leave=False, disable=not progress):
-        trainer.state.epoch = epoch
-        trainer.train_epoch()
+    for epoch in tqdm(range(1, config.epochs + 1), desc=label, leave=False, disable=not progress):
+        run.state.epoch = epoch
+        run.train_epoch()
     if any(bool(p.any()) for p, flag in zip(params, flags, strict=True) if flag):
         raise RuntimeError(f"the dropped {', '.join(dropped)} weights left zero while training on")
     exact = dataclasses.replace(config, ggn=GGN.EXACT)
-    learner = PriorLearner.from_config(trainer.net, len(trainer.data.train), exact)
-    evidence = learner.fit(DataLoader(trainer.data.train, batch_size=config.marglik_batch_size))
+    learner = PriorLearner.from_config(net, len(run.train_data), exact)
+    evidence = learner.fit(DataLoader(run.train_data, batch_size=config.marglik_batch_size))
     optimum = evidence.optimal_log_prior()
-    test = evaluate(trainer.model, trainer.data.test)
+    metrics = test()
     row = {
-        "kept": [p for p in relaxed_paths(run_dir) if p not in dropped],
-        "test_accuracy": test["accuracy"],
-        "test_nll": test["nll"],
+        "kept": kept,
+        "test_accuracy": metrics["accuracy"],
+        "test_nll": metrics["nll"],
         "log_evidence": kept_log_evidence(evidence, flags, optimum),
         "log_likelihood": float(evidence.terms(optimum)["log_likelihood"]),
-        "shares": mean_shares(trainer.net, evidence, optimum.exp()),
+        "shares": mean_shares(net, evidence, optimum.exp()),
         "seconds": time.perf_counter() - began,
     }
-    end = {"model": copy.deepcopy(trainer.net.state_dict()), "log_prior": optimum.detach()}
+    end = {"model": copy.deepcopy(net.state_dict()), "log_prior": optimum.detach()}
     return row, end
 
 
@@ -408,25 +465,69 @@ def select_paths(
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     with run_lock(run_dir):
-        return _select_paths(run_dir, paths, epochs, data_dir, progress)
+        files = _SelectionFiles(run_dir)
+        record = files.earlier_record(epochs, paths)
+        if "null" not in record:
+            record["null"] = null_model(run_dir, data_dir)
+
+        def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
+            return train_on(run_dir, dropped, epochs, data_dir, progress, start)
+
+        return greedy_selection(record, paths, train, files)[0]
 
 
-def _select_paths(
-    run_dir: Path, paths: list[str], epochs: int, data_dir: str | Path | None, progress: bool
-) -> dict:
-    """:func:`select_paths` once the run is checked and held."""
-    record_file = run_dir / PATH_SELECTION
-    winner_file, candidate_file = run_dir / PATH_SELECTION_STATE, run_dir / PATH_SELECTION_CANDIDATE
-    record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+def new_record(epochs: int, paths: list[str]) -> dict:
+    """The record of a selection that has not started."""
+    return {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+
+
+@dataclasses.dataclass
+class _SelectionFiles:
+    """Where :func:`select_paths` keeps its record and weights in a run directory, so that
+    an interrupted selection resumes."""
+
+    run_dir: Path
+
+    @property
+    def record(self) -> Path:
+        return self.run_dir / PATH_SELECTION
+
+    @property
+    def winner(self) -> Path:
+        return self.run_dir / PATH_SELECTION_STATE
+
+    @property
+    def candidate(self) -> Path:
+        return self.run_dir / PATH_SELECTION_CANDIDATE
+
+    def earlier_record(self, epochs: int, paths: list[str]) -> dict:
+        """The record of an earlier selection with these ``epochs`` and ``paths``, else a
+        new one."""
+        if self.record.is_file():
+            earlier = read_json(self.record, "earlier path selection")
+            if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
+                return earlier
+        return new_record(epochs, paths)
+
+
+def greedy_selection(
+    record: dict,
+    paths: list[str],
+    train: Callable[[list[str], dict | None], tuple[dict, dict]],
+    files: _SelectionFiles | None = None,
+) -> tuple[dict, dict | None]:
+    """The rounds of :func:`select_paths` from ``record`` (:func:`new_record`, or an earlier
+    one to resume) until it is finished; ``train(dropped, start)`` trains one candidate
+    (:func:`train_on`'s row and end state). With ``files`` the record, the round's best
+    candidate and each winner are saved after every candidate; without, nothing is
+    written.
+
+    Returns:
+        The finished record and the selected network's ``{"model", "log_prior"}`` (None
+        where no round ran)."""
     start = None
-    if record_file.is_file():
-        earlier = read_json(record_file, "earlier path selection")
-        if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
-            record = earlier
-            if any(r["winner"] is not None for r in record["rounds"]):
-                start = load_torch(winner_file)
-    if "null" not in record:
-        record["null"] = null_model(run_dir, data_dir)
+    if files is not None and any(r["winner"] is not None for r in record["rounds"]):
+        start = load_torch(files.winner)
 
     def eligible(row: dict, rows: list[dict]) -> bool:
         """The control, or a candidate that has not collapsed (``rows[0]`` the control)."""
@@ -444,8 +545,8 @@ def _select_paths(
         candidates = [r for r in this["rows"] if eligible(r, this["rows"])]
         best = max(candidates, key=lambda r: r["log_evidence"], default=None)
         best_state = None
-        if best is not None and candidate_file.is_file():
-            best_state = load_torch(candidate_file)
+        if best is not None and files is not None and files.candidate.is_file():
+            best_state = load_torch(files.candidate)
         if best is not None and (best_state is None or best_state["dropped"] != best["dropped"]):
             # the weights of the round's best row are lost (interrupted between them and
             # its row): the round starts again
@@ -456,23 +557,153 @@ def _select_paths(
             if key in done:
                 continue
             dropped = before + ([drop] if drop else [])
-            row, end = train_on(run_dir, dropped, epochs, data_dir, progress, start)
+            row, end = train(dropped, start)
             row = {"dropped": key, **row}
             better = best is None or row["log_evidence"] > best["log_evidence"]
             if better and eligible(row, this["rows"]):
                 best, best_state = row, {**end, "dropped": key, "kept": row["kept"]}
-                save_torch(best_state, candidate_file)  # before the row that names it
+                if files is not None:
+                    save_torch(best_state, files.candidate)  # before the row that names it
             this["rows"].append(row)
-            save_json(record, record_file)
+            if files is not None:
+                save_json(record, files.record)
         start = {k: best_state[k] for k in ("model", "log_prior")}
-        save_torch({**start, "kept": best["kept"]}, winner_file)
         this["winner"] = best["dropped"]
         record["kept"] = best["kept"]
         record["finished"] = best["dropped"] == CONTROL
-        save_json(record, record_file)
-        candidate_file.unlink(missing_ok=True)
-    save_json(record, record_file)
-    return record
+        if files is not None:
+            save_torch({**start, "kept": best["kept"]}, files.winner)
+            save_json(record, files.record)
+            files.candidate.unlink(missing_ok=True)
+    if files is not None:
+        save_json(record, files.record)
+    return record, start
+
+
+def fitted_paths(model: nn.Module) -> list[str]:
+    """The paths of ``model``'s relaxed layers, in ``ALL_PATH_NAMES`` order."""
+    layers = {name for name, module in model.named_modules() if isinstance(module, RelaxedLayer)}
+    names = PriorStructure(model, "layer_path").names
+    present = {g.rpartition(".")[2] for g in names if g.rpartition(".")[0] in layers}
+    return [p for p in ALL_PATH_NAMES if p in present]
+
+
+def check_fitted_selectable(result: FitResult, train_loader, epochs: int) -> list[str]:
+    """Refuse, before any work, what :func:`select_fitted` cannot do; return the model's
+    paths.
+
+    Raises:
+        ConfigError: ``epochs`` below 1, no training loader (or one without a map-style
+            data set), a regression, priors that were not learned or are centred at the
+            initial weights, or relaxed layers of fewer than two paths.
+    """
+    config = result.config
+    if epochs < 1:
+        raise ConfigError(f"epochs per candidate must be at least 1, got {epochs}")
+    if not isinstance(train_loader, DataLoader) or not hasattr(train_loader.dataset, "__getitem__"):
+        raise ConfigError(
+            "ella.select(result, train_loader, test_loader) needs the DataLoader of a map-style "
+            "data set that ella.fit trained the result on: each candidate is trained on it "
+            "and its evidence fitted on every example"
+        )
+    if config.likelihood != "classification":
+        raise ConfigError(
+            "ella.select compares classifiers with the class frequencies; a regression "
+            f"(likelihood={config.likelihood.value!r}) has none to compare with"
+        )
+    if not config.learn_priors:
+        raise ConfigError(
+            "ella.select trains each candidate under the learned prior precisions, and this "
+            "result is a MAP run (learn_priors=False): fit with learned priors first"
+        )
+    if config.prior_mean != PriorMean.ZERO:
+        raise ConfigError(
+            "ella.select drops a path by holding its weights at zero, where a prior centred "
+            "at the initial weights (prior_mean='init') does not put them: fit with "
+            "prior_mean='zero'"
+        )
+    paths = fitted_paths(result.model)
+    if len(paths) < 2:
+        raise ConfigError(
+            f"dropping a path needs relaxed layers of two or more paths; this model has "
+            f"{paths or 'none'} (build its RelaxedLayers with paths=('fc', 'conv', 'gconv'), "
+            "or two of them)"
+        )
+    return paths
+
+
+def select_fitted(
+    result: FitResult,
+    train_loader: DataLoader,
+    test_loader: Iterable | None = None,
+    *,
+    epochs: int = 20,
+    drop_only: bool = False,
+    progress: bool = True,
+) -> dict:
+    """:func:`select` for a model of :func:`ella.fit`: the same candidates, rounds and
+    decisions as for a run of ``ella train``, each candidate a copy of ``result.model``
+    trained on ``train_loader`` for ``epochs`` by ``ella.fit``'s loop with the result's
+    recipe, under its learned precisions. Nothing is written and the model is not
+    changed: the record's ``"selected"`` holds the chosen network's weights.
+
+    Args:
+        result: what ``ella.fit`` returned (the model, its learned priors, its recipe).
+        train_loader: the loader it was trained on (a map-style data set).
+        test_loader: the loader it was tested on; without one the rows' test metrics are NaN.
+        epochs, drop_only, progress: as for :func:`select`.
+
+    Returns:
+        As :func:`select`: ``{"epochs", "rows"}`` with ``drop_only``, else the selection
+        record with ``"selected"``.
+    """
+    paths = check_fitted_selectable(result, train_loader, epochs)
+    recipe = dataclasses.replace(result.config, epochs=epochs, progress=False)
+    first = {
+        "model": copy.deepcopy(result.model.state_dict()),
+        "log_prior": result.priors.log_prior.detach().clone(),
+    }
+
+    def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
+        net = copy.deepcopy(result.model)
+        priors = PriorLearner.from_config(net, len(train_loader.dataset), recipe)
+        run = FitRun(net, priors, train_loader, None, recipe, None, ONE_PROCESS)
+
+        def test() -> dict[str, float]:
+            if test_loader is None:
+                return {"accuracy": math.nan, "nll": math.nan}
+            return evaluate_loader(net, test_loader, recipe)
+
+        kept = [p for p in paths if p not in dropped]
+        try:
+            return train_candidate(run, dropped, start or first, kept, test, progress)
+        finally:
+            run.release_loader()
+
+    if drop_only:
+        rows = [
+            {"dropped": d or CONTROL, **train([d] if d else [], None)[0]} for d in [None, *paths]
+        ]
+        return {"epochs": epochs, "rows": rows}
+    labels = dataset_labels(train_loader.dataset)
+    classes = _output_width(result.model, train_loader)
+    record = {**new_record(epochs, paths), "null": class_frequency_model(labels, classes)}
+    record, selected = greedy_selection(record, paths, train)
+    return {**record, "selected": selected}
+
+
+@torch.no_grad()
+def _output_width(model: nn.Module, loader: DataLoader) -> int:
+    """The number of classes: the width of ``model``'s outputs on one training example
+    (in evaluation mode; torch's random state is kept)."""
+    was_training = model.training
+    with torch.random.fork_rng(devices=[]):
+        x = loader.dataset[0][0].unsqueeze(0).to(next(model.parameters()).device)
+        model.eval()
+        try:
+            return model(x).shape[-1]
+        finally:
+            model.train(was_training)
 
 
 def format_path_selection(record: dict) -> str:

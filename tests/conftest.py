@@ -36,3 +36,12 @@ def finished_run(tmp_path_factory) -> Path:
 def run(finished_run, tmp_path) -> Path:
     """A private copy of :func:`finished_run`."""
     return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+@pytest.fixture(scope="session")
+def one_loop(tmp_path_factory):
+    """A tiny configuration trained by ``ella train`` and by ``ella.fit``, once per session
+    (:func:`tests.one_loop.train_both_ways`)."""
+    from tests.one_loop import train_both_ways
+
+    return train_both_ways(tmp_path_factory.mktemp("one_loop") / "run")

@@ -56,8 +56,8 @@ def test_select_refuses_what_it_cannot_select_before_any_work(
     assert {p.name for p in run.iterdir()} <= {"config.json", "results.json"}  # no work
 
 
-def test_select_takes_a_run_directory_not_a_model():
-    with pytest.raises(TypeError, match="pass its run directory"):
+def test_select_takes_a_fit_result_not_a_model():
+    with pytest.raises(TypeError, match="FitResult that ella.fit returned"):
         ella.select(nn.Linear(2, 2))
 
 

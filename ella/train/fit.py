@@ -64,7 +64,7 @@ from ella.train.alternating import (
     seeds_its_order,
 )
 
-__all__ = ["FitConfig", "FitResult", "fit"]
+__all__ = ["FitConfig", "FitResult", "FitRun", "fit"]
 
 
 @dataclass
@@ -105,6 +105,8 @@ class FitResult:
         training_collapse: the largest fall of the training accuracy below its best so
             far when it reached 20 points, else None (classification only;
             :func:`~ella.engine.health.training_collapse`).
+        config: the run's :class:`FitConfig` (the recipe :func:`ella.select` trains its
+            candidates with).
     """
 
     model: nn.Module
@@ -119,9 +121,10 @@ class FitResult:
     metrics: list[dict] = field(default_factory=list)
     shares_history: list[dict] = field(default_factory=list)
     training_collapse: dict | None = None
+    config: FitConfig | None = None
 
     def as_dict(self) -> dict:
-        """Plain JSON values (everything but the model and the learner)."""
+        """Plain JSON values (everything but the model, the learner and the config)."""
         return {
             "prior_precision": self.prior_precision,
             "prior_variance": self.prior_variance,
@@ -299,7 +302,7 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
         )
 
 
-class _FitRun(AlternatingRun):
+class FitRun(AlternatingRun):
     """:func:`fit`'s run: the one loop (:class:`~ella.train.alternating.AlternatingRun`)
     on a user's model and ``DataLoader``."""
 
@@ -426,7 +429,7 @@ def fit(
     )
     _check_first_batch(model, train_loader, config)
     world = distributed.start()
-    run = _FitRun(model, priors, train_loader, test_loader, config, out, world)
+    run = FitRun(model, priors, train_loader, test_loader, config, out, world)
     try:
         with run.owning():
             finished = run.finished_results(resume) is not None  # its results.json stays
@@ -439,7 +442,7 @@ def fit(
     return result
 
 
-def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner):
+def _fit_result(run: FitRun, model: nn.Module, priors: PriorLearner):
     """The :class:`FitResult` of a trained run (the report of its final weights)."""
     state = run.state
     last_round = state.marglik_epochs[-1:] == [state.epoch]
@@ -462,4 +465,5 @@ def _fit_result(run: _FitRun, model: nn.Module, priors: PriorLearner):
         metrics=list(state.metrics),
         shares_history=shares_history(state.metrics),
         training_collapse=training_collapse(state.metrics),
+        config=run.config,
     )

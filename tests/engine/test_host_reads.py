@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ella
 from ella.train import TrainConfig, Trainer
-from ella.train.fit import _FitRun
+from ella.train.fit import FitRun
 from tests.user_models import user_model
 
 #: the methods by which a tensor's value reaches Python (a device-to-host copy and wait)
@@ -96,7 +96,7 @@ def fit_reads(n_batches: int, monkeypatch) -> Counter:
     x, y = torch.randn(8 * n_batches, 1, 8, 8, generator=g), torch.randint(3, (8 * n_batches,))
     train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
     counts: Counter = Counter()
-    epoch = _FitRun.train_epoch
+    epoch = FitRun.train_epoch
 
     def counted(run):
         if run.state.epoch == 0:
@@ -107,7 +107,7 @@ def fit_reads(n_batches: int, monkeypatch) -> Counter:
         return row
 
     with monkeypatch.context() as patch:
-        patch.setattr(_FitRun, "train_epoch", counted)
+        patch.setattr(FitRun, "train_epoch", counted)
         ella.fit(user_model(), train, epochs=2, n_epochs_burnin=5, progress=False)
     return counts
 
