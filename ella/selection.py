@@ -27,9 +27,13 @@ left (backward elimination by the evidence). It keeps the selected network's wei
 their record into the run directory after every candidate, so an interrupted call resumes
 where it stopped. ``ella train --select-paths`` selects after training.
 
-The selection works on run directories of ``ella train``: it trains each candidate with
-the run's :class:`~ella.train.loop.Trainer`. It sits above ``ella.train`` and is not
-imported by it; ``ella report`` reads the record it leaves (:func:`format_path_selection`).
+The selection works on run directories of ``ella train`` (each candidate trained by the
+run's :class:`~ella.train.loop.Trainer`) and on the :class:`~ella.train.fit.FitResult` of
+:func:`ella.fit` with its loaders (:func:`select_fitted`, each candidate trained by
+``ella.fit``'s loop); both go through :func:`train_candidate` and
+:func:`greedy_selection`, so the same network gets the same decisions either way. It sits
+above ``ella.train`` and is not imported by it; ``ella report`` reads the record it leaves
+(:func:`format_path_selection`).
 """
 
 from __future__ import annotations

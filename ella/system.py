@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from ella.errors import ConfigError
+
 #: environment variables with which a user chooses the thread count themselves
 THREAD_VARIABLES = ("ELLA_THREADS", "OMP_NUM_THREADS")
 
@@ -90,8 +92,6 @@ def format_bytes(n: float) -> str:
 
 def check_device_name(name: str) -> torch.device:
     """The torch device ``name`` names; a ConfigError for a name torch does not know."""
-    from ella.errors import ConfigError
-
     try:
         return torch.device(name)
     except (RuntimeError, TypeError, ValueError):
@@ -102,8 +102,6 @@ def check_device_name(name: str) -> torch.device:
 
 def resolve_device(name: str) -> torch.device:
     """The device ``name`` names, refused with a clear error if this machine lacks it."""
-    from ella.errors import ConfigError
-
     device = check_device_name(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():

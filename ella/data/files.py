@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ella.errors import EllaError
+from ella.io import atomic_write
 
 #: md5 of the original files (identical on the usual mirrors).
 KNOWN_MD5: dict[str, str] = {
@@ -129,8 +130,6 @@ def download(relative: str, root: Path, timeout: float = 60.0) -> Path:
     Only called when a user asks (``ella download``); tests and CI never download.
     """
     import urllib.request
-
-    from ella.io import atomic_write
 
     if relative not in SOURCES:
         raise ValueError(f"no known source for {relative}; known: {', '.join(SOURCES)}")

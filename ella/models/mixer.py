@@ -14,6 +14,7 @@ from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
 from ella.nn.paths import FCMode, GConvMode
+from ella.testing import equivariance_errors
 
 #: (channel multiplier of ``width``, stride) per layer, as in the ELLA paper's
 #: 8-layer "mixer" for 32x32 images: 32 -> 16 -> 8 -> 4 -> 2 -> 1.
@@ -216,8 +217,6 @@ class Mixer(nn.Module):
 
     def invariance_error(self, x: torch.Tensor | None = None) -> float:
         """Largest change of the logits under the group, on ``x`` or random images."""
-        from ella.testing import equivariance_errors
-
         if x is None:
             x = torch.randn(4, self.in_channels, *self.image_size)
         return max(equivariance_errors(self, self.group, x).values())
