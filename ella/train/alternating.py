@@ -97,7 +97,8 @@ def order_sampler(loader: DataLoader):
     """The sampler that draws ``loader``'s order: its batch sampler's (a ``BatchSampler``,
     or the :class:`~ella.distributed.ShardedBatchSampler` of a resharded loader), else
     its own."""
-    return getattr(loader.batch_sampler, "sampler", None) or loader.sampler
+    sampler = getattr(loader.batch_sampler, "sampler", None)
+    return loader.sampler if sampler is None else sampler
 
 
 def seeds_its_order(loader) -> bool:

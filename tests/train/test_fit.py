@@ -144,6 +144,8 @@ def test_bad_options_and_loaders_are_refused_before_any_training():
     own_order = DataLoader(train.dataset, batch_size=8, shuffle=True, generator=torch.Generator())
     with pytest.raises(ConfigError, match="subset_control='training'.*'forward'"):
         ella.fit(user_model(), own_order, marglik_subset_size=16)
+    with pytest.raises(TypeError, match="DataLoader\\(shuffle=True\\)"):
+        ella.seed_epoch_order(DataLoader(train.dataset, batch_size=8), 0, 0)  # no order to seed
     with pytest.raises(ConfigError, match="needs hessian='kron'.*marglik_subset_size=None"):
         ella.fit(user_model(), train, hessian="diag", backend="asdl", marglik_subset_size=16)
 
