@@ -71,7 +71,7 @@ from ella.rundir import (
     run_lock,
 )
 from ella.train.alternating import AlternatingRun
-from ella.train.fit import FitResult, FitRun, evaluate_loader
+from ella.train.fit import FitResult, FitRun, evaluate_loader, probe_outputs
 from ella.train.loop import Trainer, evaluate
 from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 
@@ -274,16 +274,21 @@ def train_on(
     )
 
 
+def relaxed_group_paths(net: nn.Module) -> dict[str, str]:
+    """``{group: path}`` for every prior group of ``net``'s relaxed layers
+    (``"layer3.fc": "fc"``, in layer-path groups)."""
+    layers = {name for name, module in net.named_modules() if isinstance(module, RelaxedLayer)}
+    groups = (g.rpartition(".") for g in PriorStructure(net, "layer_path").names)
+    return {f"{layer}.{path}": path for layer, _, path in groups if layer in layers}
+
+
 def dropped_flags(net: nn.Module, dropped: Collection[str]) -> list[bool]:
     """For each trainable tensor of ``net`` (in the order of its prior groups), whether
     ``dropped`` puts it at zero: a path name (``"fc"``) in every relaxed layer, or a prior
     group of one (``"layer3.fc"``)."""
-    relaxed = {name for name, module in net.named_modules() if isinstance(module, RelaxedLayer)}
-    flags = []
-    for group in PriorStructure(net, "layer_path").tensor_groups:
-        layer, _, path = group.rpartition(".")
-        flags.append(layer in relaxed and (group in dropped or path in dropped))
-    return flags
+    paths = relaxed_group_paths(net)
+    groups = PriorStructure(net, "layer_path").tensor_groups
+    return [g in paths and (g in dropped or paths[g] in dropped) for g in groups]
 
 
 def train_candidate(
@@ -586,9 +591,7 @@ def greedy_selection(
 
 def fitted_paths(model: nn.Module) -> list[str]:
     """The paths of ``model``'s relaxed layers, in ``ALL_PATH_NAMES`` order."""
-    layers = {name for name, module in model.named_modules() if isinstance(module, RelaxedLayer)}
-    names = PriorStructure(model, "layer_path").names
-    present = {g.rpartition(".")[2] for g in names if g.rpartition(".")[0] in layers}
+    present = set(relaxed_group_paths(model).values())
     return [p for p in ALL_PATH_NAMES if p in present]
 
 
@@ -690,24 +693,12 @@ def select_fitted(
         ]
         return {"epochs": epochs, "rows": rows}
     labels = dataset_labels(train_loader.dataset)
-    classes = _output_width(result.model, train_loader)
+    with torch.random.fork_rng(devices=[]):  # a data set's transform may draw
+        example = train_loader.dataset[0][0].unsqueeze(0)
+    classes = probe_outputs(result.model, example).shape[-1]  # the model's output width
     record = {**new_record(epochs, paths), "null": class_frequency_model(labels, classes)}
     record, selected = greedy_selection(record, paths, train)
     return {**record, "selected": selected}
-
-
-@torch.no_grad()
-def _output_width(model: nn.Module, loader: DataLoader) -> int:
-    """The number of classes: the width of ``model``'s outputs on one training example
-    (in evaluation mode; torch's random state is kept)."""
-    was_training = model.training
-    with torch.random.fork_rng(devices=[]):
-        x = loader.dataset[0][0].unsqueeze(0).to(next(model.parameters()).device)
-        model.eval()
-        try:
-            return model(x).shape[-1]
-        finally:
-            model.train(was_training)
 
 
 def format_path_selection(record: dict) -> str:

@@ -177,10 +177,11 @@ def _n_examples(loader: Iterable) -> int:
     return n
 
 
-def _check_rounds(dataset, n_data: int, config: FitConfig) -> None:
-    """Refuse, before any training, evidence rounds on a subset that the data or the
-    Hessian cannot give."""
-    subset = config.marglik_subset_size
+def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
+    """Refuse, before any training, evidence rounds on a subset that the data, the
+    Hessian or the loader cannot give: the ``training`` control variate needs the
+    indices of the loader's batches (:func:`batch_indices`)."""
+    subset, dataset = config.marglik_subset_size, loader.dataset
     if subset is None or subset >= n_data or not config.learn_priors:
         return
     if config.hessian != "kron":
@@ -194,15 +195,8 @@ def _check_rounds(dataset, n_data: int, config: FitConfig) -> None:
             f"needs a map-style dataset (an iterable one has no indices): pass "
             "marglik_subset_size=None to fit every batch"
         )
-
-
-def _check_control(loader: Iterable, n_data: int, config: FitConfig) -> None:
-    """Refuse, before any training, the ``training`` control variate on a loader whose
-    batches' indices the loop cannot know (:func:`batch_indices`)."""
-    partial = config.marglik_subset_size is not None and config.marglik_subset_size < n_data
-    if not (config.learn_priors and partial and config.subset_control == SubsetControl.TRAINING):
-        return
-    if config.likelihood == "classification" and not indexes_batches(loader):
+    traced = config.subset_control == SubsetControl.TRAINING
+    if traced and config.likelihood == "classification" and not indexes_batches(loader):
         raise ConfigError(
             "subset_control='training' records each example's curvature in the training "
             "passes, which needs the indices of the loader's batches: ella.fit knows them for "
@@ -239,6 +233,20 @@ def batch_indices(
     return batches
 
 
+@torch.no_grad()
+def probe_outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model``'s outputs on ``x`` (moved to its device) in evaluation mode, without
+    gradients, changing nothing: the mode is restored and torch's random state kept."""
+    was_training = model.training
+    device = next(model.parameters()).device
+    try:
+        model.eval()
+        with torch.random.fork_rng(devices=[]):
+            return model(x.to(device))
+    finally:
+        model.train(was_training)
+
+
 def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> None:
     """Refuse, before any training step, a training loader whose first batch training would
     fail on (or silently misuse): not an ``(x, y)`` pair of tensors of one length; for
@@ -246,8 +254,7 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
     per example, in ``[0, K)`` for ``K`` logits); for regression targets of another shape
     than the outputs (the loss would broadcast them).
 
-    The outputs come from one forward pass in eval mode without gradients (nothing of the
-    model changes); torch's random state is restored after.
+    The outputs come from :func:`probe_outputs` (nothing of the model changes).
 
     Raises:
         InputDataError: naming the problem and the fix.
@@ -278,14 +285,7 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
             f"{what}: {tuple(x.shape)} inputs but {tuple(y.shape)} targets; give one target "
             "per input (the same first dimension)"
         )
-    was_training = model.training
-    device = next(model.parameters()).device
-    try:
-        model.eval()
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            output = model(x.to(device))
-    finally:
-        model.train(was_training)
+    output = probe_outputs(model, x)
     if config.likelihood == "classification":
         if output.dim() != 2 or len(output) != len(y):
             raise InputDataError(
@@ -338,7 +338,7 @@ class FitRun(AlternatingRun):
         resharded = getattr(self.train_loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
         indices = None
-        if self.records_traces():  # the loader's indices (checked by _check_control)
+        if self.records_traces():  # the loader's indices (checked by _check_rounds)
             indices = batch_indices(self.train_loader, self.config.seed, epoch, self.world)
         for i, (x, y) in enumerate(self.train_loader):
             n_global = len(y) * size if sizes is None else sizes[i]
@@ -422,8 +422,7 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
-    _check_rounds(train_loader.dataset, n_data, config)
-    _check_control(train_loader, n_data, config)
+    _check_rounds(train_loader, n_data, config)
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
