@@ -122,9 +122,10 @@ def select(
             centred at zero, a mixer of two or more paths; or the :class:`FitResult` of
             :func:`ella.fit` on a model whose relaxed layers have two or more paths
             (:func:`select_fitted`).
-        train_loader, test_loader: for a :class:`FitResult`, the loaders ``ella.fit``
-            trained and tested it on (a run directory names its data).
-        epochs: epochs of training on per candidate, with the run's recipe.
+        train_loader: for a :class:`FitResult`, the loader ``ella.fit`` trained it on (a
+            run directory names its data).
+        test_loader: for a :class:`FitResult`, the loader ``ella.fit`` tested it on.
+        epochs: epochs of training per candidate, with the run's recipe.
         drop_only: one round only (the network without each path against the whole one),
             recorded in ``path_drops.json``; else the greedy selection, recorded in
             ``path_selection.json`` with the selected network's weights in
@@ -658,7 +659,9 @@ def select_fitted(
         result: what ``ella.fit`` returned (the model, its learned priors, its recipe).
         train_loader: the loader it was trained on (a map-style data set).
         test_loader: the loader it was tested on; without one the rows' test metrics are NaN.
-        epochs, drop_only, progress: as for :func:`select`.
+        epochs: epochs of training per candidate, as for :func:`select`.
+        drop_only: one round only, as for :func:`select`.
+        progress: a progress bar per candidate.
 
     Returns:
         As :func:`select`: ``{"epochs", "rows"}`` with ``drop_only``, else the selection

@@ -150,9 +150,12 @@ def corrupt_standardised(
 
     Args:
         x: standardised images (N, C, H, W), e.g. an :class:`~ella.data.ImageData` test set.
-        name, severity, generator: as in :func:`corrupt`.
-        mean, std: per-channel statistics used to standardise ``x``
+        name: the corruption, as in :func:`corrupt`.
+        severity: its severity, as in :func:`corrupt`.
+        mean: per-channel means used to standardise ``x``
             (:func:`ella.data.datasets.standardisation`).
+        std: per-channel standard deviations used to standardise ``x``.
+        generator: the random draws' generator, as in :func:`corrupt`.
     """
     m = torch.tensor(mean, dtype=x.dtype).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=x.dtype).view(1, -1, 1, 1)

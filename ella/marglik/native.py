@@ -618,7 +618,8 @@ class NativeGGN(CurvatureInterface):
             ``TrainConfig.marglik_batch_size`` images into three: on the default mixer
             the fastest of the chunkings measured, with the fit's peak memory within 1.5
             times a training epoch's.
-        last_layer, subnetwork_indices: not supported (the whole network).
+        last_layer: not supported (the whole network).
+        subnetwork_indices: not supported (the whole network).
     """
 
     def __init__(

@@ -1,0 +1,195 @@
+"""What a fresh machine installs and builds: the lock, the package, the strict docs gate.
+
+- ``constraints.txt`` is the whole environment: every installed distribution is pinned
+  there at the installed version, and pyproject.toml's ranges admit every pin;
+- a wheel built from the checkout carries the package, its data, its licence and the
+  ``ella`` command, and works as a library from where it is installed;
+- the docs gate (``tools/docs.sh``, run by ``.ci/run``) is ``mkdocs build --strict`` with
+  every warning counted, and that build fails on a docstring griffe cannot read.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+import ella
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "constraints.txt"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+#: installed beside the lock by the interpreter's venv module, or the project itself
+NOT_LOCKED = {"pip", "setuptools", "wheel", "ella-torch"}
+
+
+def locked() -> dict[str, Version]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = Version(version)
+    return pins
+
+
+def requirements() -> list[Requirement]:
+    extras = PYPROJECT["optional-dependencies"]
+    return [Requirement(r) for r in [*PYPROJECT["dependencies"], *extras["dev"], *extras["docs"]]]
+
+
+def test_the_lock_pins_each_package_once_and_no_cuda_or_torchvision():
+    lines = [ln for ln in LOCK.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][^\s]*", ln) for ln in lines), lines
+    names = [canonicalize_name(ln.split("==")[0]) for ln in lines]
+    assert len(names) == len(set(names)), "a package is pinned twice"
+    assert not [n for n in names if n.startswith("nvidia-") or n == "torchvision"]
+    assert not [ln for ln in lines if "+" in ln], "a local build label (+cpu) in the lock"
+
+
+def test_pyprojects_ranges_admit_every_pin_of_the_lock():
+    pins = locked()
+    for req in requirements():
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} is declared in pyproject.toml but not locked"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {req}"
+        )
+
+
+def test_the_environment_is_the_lock():
+    """Every installed distribution is the locked version (torch's local label aside)."""
+    pins = locked()
+    for dist in md.distributions():
+        name = canonicalize_name(dist.metadata["Name"])
+        if name in NOT_LOCKED:
+            continue
+        assert name in pins, f"{name} is installed but not in constraints.txt"
+        installed = Version(Version(dist.version).public)
+        assert installed == pins[name], f"{name} {dist.version} installed, {pins[name]} locked"
+
+
+def test_the_citation_and_licence_name_this_version():
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["version"] == ella.__version__
+    assert citation["license"] == PYPROJECT["license"] == "MIT"
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+
+
+@pytest.mark.slow
+def test_a_wheel_of_the_checkout_works_as_a_library(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "ella", source / "ella", ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("ella_torch-*.whl")
+    assert wheel.name.startswith(f"ella_torch-{ella.__version__}-py3-none-any")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(info).decode()
+        entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
+    assert [n for n in names if n.startswith("ella/data/") and n.endswith(".npz")]
+    assert [n for n in names if n.endswith("licenses/LICENSE")]
+    assert "ella = ella.cli:main" in entry_points
+    for requirement in PYPROJECT["dependencies"]:
+        assert f"Requires-Dist: {Requirement(requirement)}" in metadata
+
+    target = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    probe = (
+        "import ella, ella.data; "
+        "print(ella.__file__); print(len(ella.data.load_dataset('mnist_subset').train))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert Path(out[0]).is_relative_to(target), out
+    assert int(out[1]) > 0
+
+
+# ------------------------------------------------------------------------ the docs gate
+def test_ci_builds_the_docs_strictly_without_silencing_warnings():
+    assert "tools/docs.sh" in (ROOT / ".ci" / "run").read_text()
+    (build,) = [
+        ln for ln in (ROOT / "tools" / "docs.sh").read_text().splitlines() if "mkdocs build" in ln
+    ]
+    flags = build.split()
+    assert "--strict" in flags
+    assert not {"-q", "--quiet"} & set(flags), "--quiet drops warnings before --strict counts"
+
+
+BAD = '''
+def split(train_loader: object = None, test_loader: object = None) -> None:
+    """Two loaders.
+
+    Args:
+        train_loader, test_loader: grouped, which griffe reads as one unknown parameter.
+    """
+'''
+GOOD = '''
+def split(train_loader: object = None, test_loader: object = None) -> None:
+    """Two loaders.
+
+    Args:
+        train_loader: the training loader.
+        test_loader: the test loader.
+    """
+'''
+
+
+def strict_build(tmp_path: Path, module: str) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of a one-page site documenting ``module`` with the API
+    reference's own mkdocstrings options."""
+    ours = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    (plugin,) = [p for p in ours["plugins"] if isinstance(p, dict) and "mkdocstrings" in p]
+    options = plugin["mkdocstrings"]["handlers"]["python"]["options"]
+    options["extensions"] = [str(ROOT / e) for e in options.get("extensions", [])]
+    site = tmp_path / "site"
+    (site / "docs").mkdir(parents=True)
+    (site / "docs" / "index.md").write_text("# API\n\n::: loaders.split\n")
+    (site / "loaders.py").write_text(module)
+    config = {
+        "site_name": "gate",
+        "strict": True,
+        "plugins": [
+            {"mkdocstrings": {"handlers": {"python": {"paths": ["."], "options": options}}}}
+        ],
+    }
+    (site / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_strict_build_fails_on_a_docstring_griffe_cannot_read(tmp_path):
+    bad = strict_build(tmp_path / "bad", BAD)
+    assert bad.returncode != 0, bad.stderr
+    assert "train_loader, test_loader" in bad.stderr, bad.stderr
+    good = strict_build(tmp_path / "good", GOOD)
+    assert good.returncode == 0, good.stderr
