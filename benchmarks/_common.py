@@ -75,3 +75,39 @@ def write_markdown(path: Path, markdown: str) -> None:
 def write_results(name: str, payload: dict, markdown: str) -> None:
     """Write ``results/NAME.json`` and ``results/NAME.md`` (:func:`write_generated`)."""
     write_generated(RESULTS / f"{name}.json", payload, RESULTS / f"{name}.md", markdown)
+
+
+def splice_between(text: str, begin: str, end: str, block: str, name: str = "the file") -> str:
+    """``text`` with what lies between its lines ``begin`` and ``end`` replaced by ``block``
+    (with a blank line on either side); the marker lines and everything outside them are
+    kept as they are.
+
+    Raises:
+        ValueError: naming ``name``, where either marker is not a line of ``text`` exactly
+            once, or ``end`` comes before ``begin``.
+    """
+    lines = text.split("\n")
+    for marker in (begin, end):
+        if lines.count(marker) != 1:
+            raise ValueError(
+                f"{name} holds the line {marker!r} {lines.count(marker)} times, not once; "
+                "put the begin and end markers back around the generated table"
+            )
+    first, last = lines.index(begin), lines.index(end)
+    if last < first:
+        raise ValueError(f"{name}: {end!r} comes before {begin!r}")
+    inner = ["", *block.strip("\n").split("\n"), ""]
+    return "\n".join([*lines[: first + 1], *inner, *lines[last:]])
+
+
+def write_between(path: Path, begin: str, end: str, block: str) -> bool:
+    """Replace what lies between the marker lines ``begin`` and ``end`` of the hand-written
+    file ``path`` by ``block`` (:func:`splice_between`), atomically, and nothing outside
+    them; the file is not touched where it already holds ``block``. Returns whether it
+    changed."""
+    text = path.read_text()
+    new = splice_between(text, begin, end, block, str(path))
+    if new == text:
+        return False
+    save_text(new, path)
+    return True

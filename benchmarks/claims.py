@@ -1,0 +1,682 @@
+"""The claims tables of README.md ("What reproduces") and docs/reproducing.md ("At a glance"),
+written from the committed results files, not typed.
+
+    python -m benchmarks.claims            # rewrite both tables
+    python -m benchmarks.claims --check    # exit 1, printing a diff, where a file differs
+
+Each table lies between two marker lines that this script owns (:data:`BEGIN`,
+:data:`END`); nothing outside them is written. The rules:
+
+- every row reads one profile of one benchmark and names it; a claim never mixes profiles;
+- figures are means over the seeds ± half their range, computed from the unrounded
+  per-seed values of the JSON files, with the number of seeds stated;
+- a gap in the claim's direction is "yes", against it "no", but "within noise" where it is
+  smaller than twice its standard error or than its half range over the seeds
+  (:func:`verdict`). The standard error of an accuracy on ``n`` test images is the
+  binomial one (:func:`difference_se`); the seeds of a profile share their test images, so
+  averaging seeds does not shrink it. With one seed and no standard error in the file, no
+  gap is called: "noise not measured".
+
+A results file that is missing stops the script, naming the command that writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import sys
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+from benchmarks._common import splice_between, write_between
+from benchmarks._runner import PAPER_SCHEDULE
+
+ROOT = Path(__file__).resolve().parent.parent
+README = Path("README.md")
+REPRODUCING = Path("docs/reproducing.md")
+BEGIN = "<!-- claims:begin (written by python -m benchmarks.claims; do not edit) -->"
+END = "<!-- claims:end -->"
+
+YES, NO, NOISE = "yes", "no", "within noise"
+#: one seed and no standard error: the gap is reported, not judged
+UNMEASURED = "noise not measured"
+NOT_TESTED = "not tested"
+#: Table 1's collapse: the benchmark's claim "conv_map collapses on (digit, quadrant) (< 50%)"
+COLLAPSE = 0.5
+#: Table 1's "learned within a point of CONV on digit", in points
+WITHIN = 1.0
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A committed results file and the command that writes it."""
+
+    path: str
+    command: str
+
+
+RESULTS = "benchmarks/results"
+H100 = "experiments/results/table3_paper_h100"
+#: (benchmark, profile, seed) -> the file of that run
+SOURCES = {
+    ("table1", "cpu", 0): Source(
+        f"{RESULTS}/table1.json", "python -m benchmarks.table1 --profile cpu"
+    ),
+    ("table1", "cpu", 1): Source(
+        f"{RESULTS}/table1_seed1/table1.json",
+        f"python -m benchmarks.table1 --profile cpu --seed 1 --results-dir {RESULTS}/table1_seed1",
+    ),
+    ("table1", "cpu_80", 0): Source(
+        f"{RESULTS}/table1_cpu_80/table1.json",
+        f"python -m benchmarks.table1 --profile cpu_80 --results-dir {RESULTS}/table1_cpu_80",
+    ),
+    ("table1", "cpu_80", 1): Source(
+        f"{RESULTS}/table1_cpu_80/seed1/table1.json",
+        "python -m benchmarks.table1 --profile cpu_80 --seed 1 "
+        f"--results-dir {RESULTS}/table1_cpu_80/seed1",
+    ),
+    ("table3", "cpu_stratified", 0): Source(
+        f"{RESULTS}/table3_cpu_stratified/table3.json",
+        "python -m benchmarks.table3 --profile cpu_stratified "
+        f"--results-dir {RESULTS}/table3_cpu_stratified",
+    ),
+    ("table3", "cpu_stratified", 1): Source(
+        f"{RESULTS}/table3_cpu_stratified_seed1/table3.json",
+        "python -m benchmarks.table3 --profile cpu_stratified --seed 1 "
+        f"--results-dir {RESULTS}/table3_cpu_stratified_seed1",
+    ),
+    ("invariance", "cpu", 0): Source(
+        f"{RESULTS}/invariance.json", "python -m benchmarks.invariance --profile cpu"
+    ),
+    ("osp", "cpu", 0): Source(f"{RESULTS}/osp.json", "python -m benchmarks.osp --profile cpu"),
+    ("fordes", "cpu", 0): Source(
+        f"{RESULTS}/fordes.json", "python -m benchmarks.fordes --profile cpu"
+    ),
+}
+#: the learned rotated-MNIST runs of Table 3's paper profile on an H100, time-boxed, by
+#: SGD rate (ella train's metrics.jsonl; docs/research/0034-table3-gpu.md)
+PAPER_RUNS = {
+    rate: Source(
+        f"{H100}/rotated_mnist_learned_lr{rate}_metrics.jsonl",
+        "ella train --dataset rotated_mnist --train-size 60000 --width 4 --epochs 200 "
+        "--n-epochs-burnin 10 --marglik-frequency 5 --optimizer sgd --prior-precision 1 "
+        "--prior-update adam --prior-step 1 --batch-size 500 --device cuda "
+        f"--lr {rate}, time-boxed (its metrics.jsonl; docs/research/0034-table3-gpu.md)",
+    )
+    for rate in ("0.1", "0.02")
+}
+#: the profile of each benchmark the tables read, and its seeds
+TABLE1, TABLE1_80, TABLE3 = "cpu", "cpu_80", "cpu_stratified"
+SEEDS = {"table1": (0, 1), "table3": (0, 1)}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of both tables."""
+
+    readme: str  # the papers' claim as the README names it
+    glance: str  # the same in the "At a glance" table, beside its experiment
+    profile: str
+    verdict: str
+    figure: str
+    section: str  # docs/reproducing.md's section: its title and anchor
+    anchor: str
+    details: str  # the README's link text
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def mean_half_range(values: Sequence[float]) -> tuple[float, float]:
+    """Mean of ``values`` and half their range (0 for one value)."""
+    values = list(values)
+    if not values:
+        raise ValueError("no values")
+    return sum(values) / len(values), (max(values) - min(values)) / 2
+
+
+def accuracy_se(p: float, n: int) -> float:
+    """Binomial standard error of an accuracy ``p`` on ``n`` test images."""
+    return math.sqrt(p * (1 - p) / n)
+
+
+def difference_se(p1: float, p2: float, n1: int, n2: int | None = None) -> float:
+    """Standard error of the difference of two accuracies on ``n1`` and ``n2`` test images,
+    ``sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2)``, taking their errors as independent."""
+    return math.hypot(accuracy_se(p1, n1), accuracy_se(p2, n2 or n1))
+
+
+def pooled_se(ses: Sequence[float]) -> float:
+    """The standard error of a mean over seeds that share their test images: the root mean
+    square of the seeds' (their test-set noise does not average out)."""
+    return math.sqrt(sum(s * s for s in ses) / len(ses))
+
+
+def accuracy_gaps(
+    a: Sequence[dict], b: Sequence[dict], key: str = "test_accuracy"
+) -> tuple[list[float], list[float]]:
+    """Seed by seed, the rows ``a``'s accuracy ``key`` minus ``b``'s in points, and each
+    difference's binomial standard error on the rows' ``test_size`` images."""
+    pairs = list(zip(a, b, strict=True))
+    gaps = [100 * (x[key] - y[key]) for x, y in pairs]
+    ses = [100 * difference_se(x[key], y[key], x["test_size"], y["test_size"]) for x, y in pairs]
+    return gaps, ses
+
+
+def verdict(gaps: Sequence[float], ses: Sequence[float] | None = None) -> str:
+    """Whether a claim holds, from its gap at each seed (positive where it holds).
+
+    ``"within noise"`` where the mean gap is no larger than twice its standard error
+    (:func:`pooled_se` of ``ses``, each seed's) or than the gaps' half range over the seeds,
+    ``"noise not measured"`` for one seed without a standard error; otherwise ``"yes"`` or
+    ``"no"`` by the gap's sign.
+    """
+    mean, half = mean_half_range(gaps)
+    if not ses and len(gaps) == 1:
+        return UNMEASURED
+    noise = max(half, 2 * pooled_se(ses) if ses else 0.0)
+    if abs(mean) <= noise:
+        return NOISE
+    return YES if mean > 0 else NO
+
+
+def fmt(x: float, digits: int = 1, sign: bool = False) -> str:
+    """``x`` rounded half up to ``digits`` decimals (after dropping float noise below 1e-9),
+    with its sign where ``sign`` and it is not zero."""
+    q = Decimal(repr(round(x, 9))).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
+    if q == 0:
+        return format(abs(q), "f")
+    return format(q, "+f" if sign else "f")
+
+
+def pm(values: Sequence[float], digits: int = 1, sign: bool = False) -> str:
+    """``mean ± half range`` of ``values`` (the value alone for one)."""
+    mean, half = mean_half_range(values)
+    if len(values) == 1:
+        return fmt(mean, digits, sign)
+    return f"{fmt(mean, digits, sign)} ± {fmt(half, digits)}"
+
+
+def seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def two_se(ses: Iterable[float], digits: int = 1) -> str:
+    """``2 SE a`` or ``2 SE a-b`` over the claim's parts (``ses``: each part's pooled SE)."""
+    low, high = min(ses := [2 * s for s in ses]), max(ses)
+    if fmt(low, digits) == fmt(high, digits):
+        return f"2 SE {fmt(low, digits)}"
+    return f"2 SE {fmt(low, digits)}-{fmt(high, digits)}"
+
+
+def summarise(verdicts: dict[str, str], every: str, on: str = "on") -> str:
+    """One verdict over the parts of a claim: ``every`` after the verdict where all parts
+    agree, else each verdict with the parts it holds for."""
+    kinds = list(dict.fromkeys(verdicts.values()))
+    if len(kinds) == 1:
+        return f"{kinds[0]}{every}"
+    return "; ".join(
+        f"{kind} {on} {', '.join(p for p, v in verdicts.items() if v == kind)}" for kind in kinds
+    )
+
+
+# ---------------------------------------------------------------- results
+
+
+def load(benchmark: str, profile: str, seed: int, root: Path = ROOT) -> dict:
+    """The results of one run, refusing a missing file (naming the command that writes it)
+    and a file of another profile or seed."""
+    source = SOURCES[benchmark, profile, seed]
+    path = root / source.path
+    if not path.is_file():
+        raise FileNotFoundError(f"{source.path} is missing; `{source.command}` writes it")
+    payload = json.loads(path.read_text())
+    if (payload.get("profile"), payload.get("seed")) != (profile, seed):
+        raise ValueError(
+            f"{source.path} holds profile {payload.get('profile')!r} seed "
+            f"{payload.get('seed')!r}, not {profile!r} seed {seed}; `{source.command}` "
+            "writes the file the tables read"
+        )
+    return payload
+
+
+def load_metrics(rate: str, root: Path = ROOT) -> list[dict]:
+    source = PAPER_RUNS[rate]
+    path = root / source.path
+    if not path.is_file():
+        raise FileNotFoundError(f"{source.path} is missing; `{source.command}` writes it")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def row(payload: dict, **match) -> dict:
+    """The one row of ``payload`` with the values ``match``."""
+    rows = [r for r in payload["rows"] if all(r.get(k) == v for k, v in match.items())]
+    if len(rows) != 1:
+        raise ValueError(f"{len(rows)} rows with {match} in the {payload['profile']} results")
+    return rows[0]
+
+
+# ---------------------------------------------------------------- claims
+
+
+def table1_claims(root: Path) -> list[Claim]:
+    link = dict(section="Table 1", anchor="table-1", details="Table 1")
+    runs = {p: [load("table1", p, s, root) for s in SEEDS["table1"]] for p in (TABLE1, TABLE1_80)}
+
+    def rows(profile, task, model):
+        return [row(run, task=task, model=model) for run in runs[profile]]
+
+    claims = []
+    conv = rows(TABLE1, "quadrant", "conv_map")
+    acc = [100 * r["test_accuracy"] for r in conv]
+    gaps = [100 * COLLAPSE - a for a in acc]
+    ses = [100 * accuracy_se(r["test_accuracy"], r["test_size"]) for r in conv]
+    claims.append(Claim(
+        "Table 1: CONV collapses on (digit, quadrant)", "CONV collapses on (digit, quadrant)",
+        TABLE1, verdict(gaps, ses),
+        f"{pm(acc)}% ({seeds(len(acc))}; paper {fmt(100 * conv[0]['paper_test_accuracy'])})",
+        **link,
+    ))  # fmt: skip
+
+    learned, fc = rows(TABLE1, "quadrant", "learned"), rows(TABLE1, "quadrant", "fc_map")
+    a_l = [100 * r["test_accuracy"] for r in learned]
+    a_fc = [100 * r["test_accuracy"] for r in fc]
+    word = verdict(*accuracy_gaps(learned, fc))
+    paper = 100 * learned[0]["paper_test_accuracy"]
+    if word == YES and max(a_l) < paper:
+        word += ", below the paper's level"
+    claims.append(Claim(
+        "Table 1: learned FC+CONV solves (digit, quadrant)",
+        "learned FC+CONV solves (digit, quadrant)", TABLE1, word,
+        f"{pm(a_l)}% vs FC {pm(a_fc)}% ({seeds(len(a_l))}; paper {fmt(paper)})", **link,
+    ))  # fmt: skip
+
+    for profile in (TABLE1, TABLE1_80):
+        learned, conv = rows(profile, "digit", "learned"), rows(profile, "digit", "conv_map")
+        diffs, ses = accuracy_gaps(learned, conv)
+        word = verdict([d + WITHIN for d in diffs], ses)
+        paper = 100 * (learned[0]["paper_test_accuracy"] - conv[0]["paper_test_accuracy"])
+        noise = f"; {two_se([pooled_se(ses)], 2)}" if word == NOISE else ""
+        claims.append(Claim(
+            "Table 1: learned within a point of CONV on digit",
+            "learned within a point of CONV on digit", profile, word,
+            f"learned - CONV {pm(diffs, 2, sign=True)} points ({seeds(len(diffs))}{noise}; "
+            f"paper {fmt(paper, 2, sign=True)}, {learned[0]['epochs']} epochs)",
+            **link,
+        ))  # fmt: skip
+    return claims
+
+
+SHORT = {
+    "mnist": "MNIST",
+    "translated_mnist": "translated",
+    "rotated_mnist": "rotated",
+    "cifar10": "CIFAR-10",
+    "rotated_cifar10": "rotated CIFAR-10",
+}
+PAPERS_MEASURE, EFFECTIVE = "relative_shares", "shares"
+
+
+def by_measure(paper: str, effective: str, map_too: str) -> str:
+    """A share claim's verdict by the paper's measure and by the effective parameters, and
+    whether the MAP network satisfies it too (by the paper's measure)."""
+    if paper == effective:
+        text = f"{paper}, by either measure"
+    elif paper == YES and effective == NO:
+        text = "yes by the paper's measure only"
+    else:
+        text = f"{paper} by the paper's measure, {effective} by effective parameters"
+    if paper == YES and map_too == YES:
+        text += "; MAP too"
+    return text
+
+
+def agree(verdicts: Iterable[str]) -> str:
+    kinds = list(dict.fromkeys(verdicts))
+    return kinds[0] if len(kinds) == 1 else " / ".join(kinds)
+
+
+def table3_claims(root: Path) -> list[Claim]:
+    link = dict(section="Table 3", anchor="table-3", details="Table 3")
+    runs = [load("table3", TABLE3, s, root) for s in SEEDS["table3"]]
+    k = len(runs)
+
+    def rows(dataset, model):
+        return [row(run, dataset=dataset, model=model) for run in runs]
+
+    def share(dataset, model, measure, path):
+        return [r[measure][path] for r in rows(dataset, model)]
+
+    claims = []
+    parts, figures, ses_all = {}, [], []
+    for dataset, name in SHORT.items():
+        gaps, ses = accuracy_gaps(rows(dataset, "learned"), rows(dataset, "map"))
+        parts[name] = verdict(gaps, ses)
+        figures.append(f"{name} {pm(gaps, sign=True)}")
+        ses_all.append(pooled_se(ses))
+    subset = any(r.get("source") == "subset" for run in runs for r in run["rows"])
+    claims.append(Claim(
+        "Table 3: learned priors beat MAP in accuracy", "learned priors beat MAP on all five sets",
+        TABLE3, summarise(parts, f" on all {NUMBERS.get(len(parts), len(parts))} sets"),
+        f"learned - MAP, points: {', '.join(figures)} ({seeds(k)}; {two_se(ses_all)}"
+        f"{'; CIFAR sets: the subset' if subset else ''})",
+        **link,
+    ))  # fmt: skip
+
+    def largest(dataset, model, measure, path):
+        others = [p for p in ("fc", "conv", "gconv") if p != path]
+        return [r[measure][path] - max(r[measure][p] for p in others) for r in rows(dataset, model)]
+
+    def smallest(dataset, model, measure, path):
+        others = [p for p in ("fc", "conv", "gconv") if p != path]
+        return [min(r[measure][p] for p in others) - r[measure][path] for r in rows(dataset, model)]
+
+    rot = "rotated_mnist"
+    paper_gconv = rows(rot, "learned")[0]["paper_shares"]["gconv"]
+    claims.append(Claim(
+        "Table 3: GCONV largest share on rotated MNIST",
+        "GCONV largest share on rotated MNIST", TABLE3,
+        by_measure(
+            verdict(largest(rot, "learned", PAPERS_MEASURE, "gconv")),
+            verdict(largest(rot, "learned", EFFECTIVE, "gconv")),
+            verdict(largest(rot, "map", PAPERS_MEASURE, "gconv")),
+        ),
+        f"GCONV {pm(share(rot, 'learned', PAPERS_MEASURE, 'gconv'))} by the paper's measure "
+        f"(MAP {pm(share(rot, 'map', PAPERS_MEASURE, 'gconv'))}; paper {paper_gconv}); "
+        f"{pm(share(rot, 'learned', EFFECTIVE, 'gconv'))}% of effective parameters, FC "
+        f"{pm(share(rot, 'learned', EFFECTIVE, 'fc'))}% ({seeds(k)})",
+        **link,
+    ))  # fmt: skip
+
+    sets = ("translated_mnist", rot)
+    fc = {m: [pm(share(d, "learned", m, "fc")) for d in sets] for m in (PAPERS_MEASURE, EFFECTIVE)}
+    fc_map = [pm(share(d, "map", PAPERS_MEASURE, "fc")) for d in sets]
+    paper_fc = [rows(d, "learned")[0]["paper_shares"]["fc"] for d in sets]
+    claims.append(Claim(
+        "Table 3: FC smallest share on translated, rotated MNIST",
+        "FC smallest share on translated and rotated MNIST", TABLE3,
+        by_measure(
+            agree(verdict(smallest(d, "learned", PAPERS_MEASURE, "fc")) for d in sets),
+            agree(verdict(smallest(d, "learned", EFFECTIVE, "fc")) for d in sets),
+            agree(verdict(smallest(d, "map", PAPERS_MEASURE, "fc")) for d in sets),
+        ),
+        f"FC {' and '.join(fc[PAPERS_MEASURE])} by the paper's measure (MAP "
+        f"{' and '.join(fc_map)}; paper {' and '.join(map(str, paper_fc))}); "
+        f"{'% and '.join(fc[EFFECTIVE])}% of effective parameters ({seeds(k)})",
+        **link,
+    ))  # fmt: skip
+
+    def higher(model, measure):
+        rotated, mnist = (share(d, model, measure, "gconv") for d in (rot, "mnist"))
+        return [a - b for a, b in zip(rotated, mnist, strict=True)]
+
+    paper_mnist = rows("mnist", "learned")[0]["paper_shares"]["gconv"]
+    claims.append(Claim(
+        "Table 3: GCONV share higher on rotated MNIST than MNIST",
+        "GCONV share higher on rotated MNIST than on MNIST", TABLE3,
+        by_measure(
+            verdict(higher("learned", PAPERS_MEASURE)),
+            verdict(higher("learned", EFFECTIVE)),
+            verdict(higher("map", PAPERS_MEASURE)),
+        ),
+        f"{pm(share(rot, 'learned', PAPERS_MEASURE, 'gconv'))} vs "
+        f"{pm(share('mnist', 'learned', PAPERS_MEASURE, 'gconv'))} by the paper's measure; "
+        f"{pm(share(rot, 'learned', EFFECTIVE, 'gconv'))}% vs "
+        f"{pm(share('mnist', 'learned', EFFECTIVE, 'gconv'))}% of effective parameters "
+        f"({seeds(k)}); paper {paper_gconv} vs {paper_mnist}",
+        **link,
+    ))  # fmt: skip
+    return claims
+
+
+def paper_scale_claims(root: Path) -> list[Claim]:
+    """Table 3's paper profile: two learned rotated-MNIST runs on an H100, time-boxed; no
+    MAP row and no run to the schedule's end, so no claim is tested."""
+    runs = {rate: load_metrics(rate, root) for rate in PAPER_RUNS}
+    reference, chosen = runs["0.1"], runs["0.02"]
+    return [Claim(
+        "Table 3 at full scale (H100)", "all of Table 3's claims, full data", "paper",
+        NOT_TESTED,
+        f"learned rotated MNIST only, 1 seed, time-boxed: SGD rate 0.1 (the reference's) at "
+        f"most {fmt(100 * max(e['test_accuracy'] for e in reference), 2)}% in "
+        f"{len(reference)} epochs; 0.02 reaches {fmt(100 * chosen[-1]['test_accuracy'], 2)}% "
+        f"in {len(chosen)} of {PAPER_SCHEDULE['epochs']}",
+        "Table 3 at the paper's scale", "table-3-at-the-papers-scale", "paper scale",
+    )]  # fmt: skip
+
+
+INVARIANCE_SETS = {
+    "mnist": "MNIST",
+    "rotated_mnist": "rotated",
+    "translated_mnist": "translated",
+    "scaled_mnist": "scaled",
+}
+#: the extents that each transformed set's transformation should raise, against MNIST's
+EXTENTS = {
+    "rotated_mnist": ("rotation", ("rotate",), "rad"),
+    "translated_mnist": ("translations", ("translate_x", "translate_y"), ""),
+    "scaled_mnist": ("scales", ("scale_x", "scale_y"), ""),
+}
+
+
+def invariance_claims(root: Path) -> list[Claim]:
+    link = dict(section="Learned invariance", anchor="learned-invariance", details="invariance")
+    run = load("invariance", "cpu", 0, root)
+    eta = {d: row(run, dataset=d, method="learned")["eta"] for d in INVARIANCE_SETS}
+    parts, figures = {}, []
+    for dataset, (name, keys, unit) in EXTENTS.items():
+        on, off = sum(eta[dataset][k] for k in keys), sum(eta["mnist"][k] for k in keys)
+        # one seed, no standard error in the file: the direction is read, the noise is not
+        parts[name] = YES if on > off else NO
+        figures.append(f"{name} {fmt(on, 2)} vs {fmt(off, 2)}{' ' + unit if unit else ''}")
+    claims = [Claim(
+        "Learned invariance: extents follow the data",
+        "learned extents follow the data's transformation", "cpu",
+        summarise(parts, " for every extent", on="for") + f" ({UNMEASURED})",
+        f"{', '.join(figures)} (the set with the transformation vs MNIST; 1 seed, "
+        "no standard error)",
+        **link,
+    )]  # fmt: skip
+
+    methods = {m: [] for m in ("learned", "augerino", "none")}
+    parts, ses = {}, []
+    for dataset, name in INVARIANCE_SETS.items():
+        rows = {m: row(run, dataset=dataset, method=m) for m in methods}
+        for m, r in rows.items():
+            methods[m].append(fmt(100 * r["test_accuracy"]))
+        best = max((rows["augerino"], rows["none"]), key=lambda r: r["test_accuracy"])
+        gaps, se = accuracy_gaps([rows["learned"]], [best])
+        parts[name] = verdict(gaps, se)
+        ses += se
+    claims.append(Claim(
+        "Learned invariance: more accurate than none / Augerino",
+        "learned invariance more accurate than none and Augerino", "cpu",
+        summarise(parts, " on all four sets"),
+        f"learned {' / '.join(methods['learned'])}% vs Augerino "
+        f"{' / '.join(methods['augerino'])}%, none {' / '.join(methods['none'])}% "
+        f"({' / '.join(INVARIANCE_SETS.values())}; 1 seed; {two_se(ses)})",
+        **link,
+    ))  # fmt: skip
+    return claims
+
+
+def osp_claims(root: Path) -> list[Claim]:
+    """OSP: the ensemble's spread is over its OOD inputs, a single model's over the
+    ensemble's members; their standard errors divide by the square roots of those counts."""
+    link = dict(section="Emergent equivariance", anchor="emergent-equivariance", details="OSP")
+    run = load("osp", "cpu", 0, root)
+    n_inputs = run["settings"]["ood_size"]
+    groups = list(dict.fromkeys(r["group"] for r in run["rows"]))
+    parts, ensemble, single = {}, [], []
+    for group in groups:
+        e = row(run, model="ensemble_da", group=group)
+        s = row(run, model="single_da", group=group)
+        se = math.hypot(
+            e["osp_std"] / math.sqrt(n_inputs), s["osp_std"] / math.sqrt(s["averaged_over_models"])
+        )
+        parts[group] = verdict([e["osp"] - s["osp"]], [se])
+        ensemble.append(fmt(e["osp"], 2))
+        single.append(fmt(s["osp"], 2))
+    claims = [Claim(
+        "Ensemble + augmentation more equivariant (OSP) than one model",
+        "ensemble + augmentation more equivariant than one model", "cpu",
+        summarise(parts, ", " + " / ".join(groups), on="at"),
+        f"{' / '.join(ensemble)} vs {' / '.join(single)} (1 seed)",
+        **link,
+    )]  # fmt: skip
+
+    width = run["settings"]["width"]
+    sweep = [r for r in run["members_sweep"] if r["width"] == width]
+    group = sweep[0]["group"]
+    fewest = min(sweep, key=lambda r: r["members"])
+    most = max(sweep, key=lambda r: r["members"])
+    se = math.hypot(fewest["osp_std"], most["osp_std"]) / math.sqrt(n_inputs)
+    members = verdict([most["osp"] - fewest["osp"]], [se])
+    gconv = row(run, model="gconv", group="C4")
+    exact = YES if gconv["osp"] == 4 and gconv["osp_std"] == 0 else NO
+    claims.append(Claim(
+        "OSP grows with members; exact GCONV model is C4-invariant",
+        "OSP grows with members; the GCONV model is exactly C4-invariant", "cpu",
+        f"{members}; {exact}",
+        f"{fmt(fewest['osp'], 2)} -> {fmt(most['osp'], 2)} from {fewest['members']} to "
+        f"{most['members']} members ({group}); {fmt(gconv['osp'], 2)} at C4 (1 seed)",
+        **link,
+    ))  # fmt: skip
+    return claims
+
+
+FORDE_SETS = {"cifar10_subset": "CIFAR-10 subset", "fashion_mnist": "FashionMNIST"}
+
+
+def forde_claims(root: Path) -> list[Claim]:
+    """FoRDE: corrupted accuracy is a mean over corruptions of the same test images, so its
+    standard error is taken as that of one accuracy on them."""
+    run = load("fordes", "cpu", 0, root)
+    parts, figures, ses, clean = {}, [], [], []
+    for dataset, name in FORDE_SETS.items():
+        de, pca = (row(run, dataset=dataset, method=m) for m in ("de", "forde_pca"))
+        gaps, se = accuracy_gaps([pca], [de], "corrupted_accuracy")
+        parts[name] = verdict(gaps, se)
+        ses += se
+        figures.append(
+            f"{fmt(100 * pca['corrupted_accuracy'])} vs {fmt(100 * de['corrupted_accuracy'])}% "
+            f"on {'the ' if 'subset' in name else ''}{name}"
+        )
+        for r in run["rows"]:
+            if r["dataset"] == dataset and r["method"] != "de":
+                clean.append(verdict(*accuracy_gaps([r], [de], "accuracy")))
+    keeps = "clean within noise" if set(clean) == {NOISE} else f"clean: {agree(clean)}"
+    return [Claim(
+        "FoRDE-PCA more robust to corruptions than a deep ensemble",
+        "FoRDE-PCA more robust to corruptions than a deep ensemble", "cpu",
+        summarise(parts, " on both sets"),
+        f"corrupted {', '.join(figures)} (1 seed; {two_se(ses)}; {keeps})",
+        "FoRDE", "forde", "FoRDE",
+    )]  # fmt: skip
+
+
+def all_claims(root: Path = ROOT) -> list[Claim]:
+    """Every row of the two tables, in order, from the results files under ``root``."""
+    return [
+        *table1_claims(root),
+        *table3_claims(root),
+        *paper_scale_claims(root),
+        *invariance_claims(root),
+        *osp_claims(root),
+        *forde_claims(root),
+    ]
+
+
+# ---------------------------------------------------------------- tables
+
+LEGEND = textwrap.fill(
+    "Each row reads one profile of one benchmark. *Within noise*: the gap is smaller than "
+    "twice its standard error (binomial, on the test images, which a profile's seeds share) "
+    "or than its half range over the seeds; with one seed and no standard error, only the "
+    "gap's direction is read (*noise not measured*). Written from the results files by "
+    "`python -m benchmarks.claims`.",
+    width=92,
+    break_on_hyphens=False,
+)
+
+
+def readme_table(claims: Sequence[Claim]) -> str:
+    lines = [
+        "| claim of the papers | profile | holds at our budget? | current figure "
+        "(seeds; mean ± half range) | details |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {c.readme} | `{c.profile}` | {c.verdict} | {c.figure} | "
+        f"[{c.details}](docs/reproducing.md#{c.anchor}) |"
+        for c in claims
+    ]
+    return "\n".join([*lines, "", LEGEND])
+
+
+def glance_table(claims: Sequence[Claim]) -> str:
+    lines = [
+        "| experiment | profile | the paper's claim | at our budget | figure "
+        "(seeds; mean ± half range) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| [{c.section}](#{c.anchor}) | `{c.profile}` | {c.glance} | {c.verdict} | {c.figure} |"
+        for c in claims
+    ]
+    return "\n".join([*lines, "", LEGEND])
+
+
+def blocks(root: Path = ROOT) -> dict[Path, str]:
+    """What lies between the markers of each file (relative to ``root``)."""
+    claims = all_claims(root)
+    return {README: readme_table(claims), REPRODUCING: glance_table(claims)}
+
+
+def render(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
+    """Each file's text now and as the script writes it."""
+    out = {}
+    for name, block in blocks(root).items():
+        text = (root / name).read_text()
+        out[name] = text, splice_between(text, BEGIN, END, block, str(name))
+    return out
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 and print a diff where a table differs from the results",
+    )
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = 0
+        for name, (text, new) in render(root).items():
+            if new != text:
+                stale += 1
+                sys.stdout.writelines(
+                    difflib.unified_diff(
+                        text.splitlines(keepends=True),
+                        new.splitlines(keepends=True),
+                        f"a/{name}",
+                        f"b/{name}",
+                    )
+                )
+        if stale:
+            print(f"{stale} file(s) differ from the results: run python -m benchmarks.claims")
+        return 1 if stale else 0
+    for name, block in blocks(root).items():
+        changed = write_between(root / name, BEGIN, END, block)
+        print(f"{'wrote' if changed else 'unchanged:'} {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

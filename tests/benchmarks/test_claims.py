@@ -1,0 +1,167 @@
+"""The claims tables of README.md and docs/reproducing.md are what ``python -m
+benchmarks.claims`` writes from the committed results, and its rules hold: a gap within
+twice its standard error (or its seeds' spread) is "within noise", and figures are means ±
+half ranges of the unrounded per-seed values."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from benchmarks import claims
+from benchmarks._common import splice_between
+from benchmarks.claims import NO, NOISE, UNMEASURED, YES, verdict
+
+ROOT = claims.ROOT
+
+
+def test_the_tables_are_what_the_script_writes():
+    for name, (text, new) in claims.render().items():
+        assert text == new, f"{name}'s claims table is stale: run python -m benchmarks.claims"
+
+
+def test_every_row_names_one_profile_and_table3_reads_the_current_rounds():
+    rows = claims.all_claims()
+    assert all(c.profile and "`" not in c.profile for c in rows)
+    table3 = [c for c in rows if c.readme.startswith("Table 3: ")]
+    assert len(table3) == 4 and {c.profile for c in table3} == {"cpu_stratified"}
+    for c in rows:
+        assert f"| `{c.profile}` |" in claims.readme_table([c])
+
+
+def test_a_gap_within_twice_its_standard_error_is_within_noise():
+    assert verdict([1.9], [1.0]) == NOISE
+    assert verdict([-1.9], [1.0]) == NOISE
+    assert verdict([2.1], [1.0]) == YES
+    assert verdict([-2.1], [1.0]) == NO
+    # one seed and no standard error: no gap is called, however large
+    assert verdict([50.0]) == UNMEASURED and verdict([50.0], []) == UNMEASURED
+    # seeds: the gaps' half range is noise too, and the larger of the two counts
+    assert verdict([-0.5, 2.5]) == NOISE  # mean 1.0, half range 1.5
+    assert verdict([2.0, 2.6]) == YES and verdict([-2.0, -2.6]) == NO
+    assert verdict([2.0, 2.6], [1.2, 1.2]) == NOISE  # 2 SE 2.4 > 2.3
+    # the seeds share their test images: the mean's standard error does not shrink
+    assert claims.pooled_se([1.0, 1.0]) == 1.0
+
+
+def test_the_binomial_standard_error_of_a_difference_of_accuracies():
+    assert claims.accuracy_se(0.5, 100) == pytest.approx(0.05)
+    assert claims.difference_se(0.9, 0.8, 1000) == pytest.approx(
+        math.sqrt(0.9 * 0.1 / 1000 + 0.8 * 0.2 / 1000)
+    )
+    assert claims.difference_se(0.9, 0.8, 1000, 500) == pytest.approx(
+        math.sqrt(0.9 * 0.1 / 1000 + 0.8 * 0.2 / 500)
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n", "expected"),
+    [
+        (0.452, 0.442, 761, NOISE),  # FoRDE-PCA against a deep ensemble, corrupted, 1 seed
+        (0.7175, 0.7145, 2000, NOISE),  # learned invariance against Augerino, rotated MNIST
+        (0.917, 0.878, 2000, YES),  # learned invariance against Augerino, MNIST
+        (0.60, 0.70, 2000, NO),
+    ],
+)
+def test_one_seeds_accuracies_called_by_their_binomial_standard_error(a, b, n, expected):
+    rows = [{"test_accuracy": a, "test_size": n}], [{"test_accuracy": b, "test_size": n}]
+    assert verdict(*claims.accuracy_gaps(*rows)) == expected
+
+
+def test_the_known_close_cases_read_within_noise():
+    rows = {c.readme: c for c in claims.all_claims()}
+    assert rows["FoRDE-PCA more robust to corruptions than a deep ensemble"].verdict == (
+        "within noise on both sets"
+    )
+    invariance = rows["Learned invariance: more accurate than none / Augerino"].verdict
+    assert "within noise on rotated" in invariance and "yes on MNIST" in invariance
+
+
+def test_mean_and_half_range_come_from_the_unrounded_values():
+    # GCONV's share of rotated MNIST by the paper's measure, seeds 0 and 1
+    rotated, mnist = [74.65657500244234, 73.58133], [76.05, 75.39]
+    assert claims.pm(rotated) == "74.1 ± 0.5" and claims.pm(mnist) == "75.7 ± 0.3"
+    assert claims.pm([round(v) for v in rotated]) == "74.5 ± 0.5"  # rounded first: wrong
+    assert claims.mean_half_range([1.0, 2.0, 4.0]) == (7 / 3, 1.5)
+    assert claims.pm([88.45, 88.95]) == "88.7 ± 0.3"
+    assert claims.pm([3.5]) == "3.5"
+
+
+def test_the_table3_figures_are_read_from_the_json_files():
+    values = {
+        dataset: [
+            claims.row(
+                claims.load("table3", "cpu_stratified", seed), dataset=dataset, model="learned"
+            )["relative_shares"]["gconv"]
+            for seed in (0, 1)
+        ]
+        for dataset in ("rotated_mnist", "mnist")
+    }
+    figure = claims.pm(values["rotated_mnist"]) + " vs " + claims.pm(values["mnist"])
+    assert figure == "74.1 ± 0.5 vs 75.7 ± 0.3"
+    higher = [c for c in claims.all_claims() if "higher on rotated MNIST" in c.readme]
+    assert len(higher) == 1 and higher[0].figure.startswith(figure)
+
+
+def test_rounding_is_half_up_and_drops_the_sign_of_zero():
+    assert claims.fmt(23.15) == "23.2" and claims.fmt(0.25) == "0.3"
+    assert claims.fmt(-0.825, 2, sign=True) == "-0.83"
+    assert claims.fmt(2.3, sign=True) == "+2.3" and claims.fmt(-0.04, sign=True) == "0.0"
+
+
+def test_a_missing_results_file_names_the_command_that_writes_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m benchmarks.table1 --profile cpu`"):
+        claims.load("table1", "cpu", 0, tmp_path)
+    seed0 = claims.SOURCES["table3", "cpu_stratified", 0].path
+    (tmp_path / seed0).parent.mkdir(parents=True)
+    shutil.copy(ROOT / seed0, tmp_path / seed0)
+    with pytest.raises(FileNotFoundError, match="--profile cpu_stratified --seed 1 --results"):
+        claims.table3_claims(tmp_path)
+
+
+def test_a_file_of_another_profile_or_seed_is_refused(tmp_path):
+    path = tmp_path / claims.SOURCES["osp", "cpu", 0].path
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"profile": "smoke", "seed": 0, "rows": []}))
+    with pytest.raises(ValueError, match="profile 'smoke'"):
+        claims.load("osp", "cpu", 0, tmp_path)
+
+
+def test_only_the_text_between_the_markers_is_replaced():
+    b, e = claims.BEGIN, claims.END
+    text = f"# title\nbefore\n{b}\nold table\n{e}\nafter\n"
+    assert (
+        splice_between(text, b, e, "new table")
+        == f"# title\nbefore\n{b}\n\nnew table\n\n{e}\nafter\n"
+    )
+    for broken in (f"{b}\nno end\n", f"{e}\n{b}\n", f"{b}\n{b}\n{e}\n", "no markers\n"):
+        with pytest.raises(ValueError, match="README.md"):
+            splice_between(broken, b, e, "x", "README.md")
+
+
+def test_check_prints_a_diff_and_writing_touches_nothing_outside_the_markers(tmp_path, capsys):
+    for folder in ("benchmarks", "experiments"):
+        (tmp_path / folder).symlink_to(ROOT / folder)
+    (tmp_path / "docs").mkdir()
+    for name in (claims.README, claims.REPRODUCING):
+        shutil.copy(ROOT / name, tmp_path / name)
+    readme = tmp_path / claims.README
+    good = readme.read_text()
+    stale = good.replace("| Table 1: CONV collapses", "| Table 1: CONV fails", 1)
+    stale = stale.replace("## What reproduces", "## What reproduces, edited by hand", 1)
+    readme.write_text(stale)
+
+    assert claims.main(["--check"], root=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "-| Table 1: CONV fails" in out and "+| Table 1: CONV collapses" in out
+    assert "-## What reproduces" not in out and "+## What reproduces" not in out
+    assert readme.read_text() == stale  # --check writes nothing
+
+    assert claims.main([], root=tmp_path) == 0
+    assert readme.read_text() == good.replace(
+        "## What reproduces", "## What reproduces, edited by hand", 1
+    )
+    assert claims.main(["--check"], root=tmp_path) == 0
