@@ -16,6 +16,7 @@ from ella import distributed
 from ella.choices import LayerGroup
 from ella.commandline import (
     THREADS_NOTE,
+    DefaultsHelpFormatter,
     add_config_options,
     add_run_options,
     reports_errors,
@@ -373,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a relaxed-equivariant mixer, alternating MAP steps on the weights "
         "with marginal-likelihood steps on one prior precision per layer and path, and "
         "report the effective parameters per layer and path.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add_run_options(train, "run")
     add_config_options(train, TrainConfig, HELP)

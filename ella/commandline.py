@@ -43,6 +43,7 @@ from ella.rundir import (
 from ella.system import resolve_device
 
 __all__ = [
+    "DefaultsHelpFormatter",
     "add_config_options",
     "add_run_options",
     "claim_run",
@@ -73,7 +74,9 @@ def add_config_options(
         flag = "--" + field.name.replace("_", "-")
         default = defaults[field.name]
         shown = " ".join(map(str, default)) if isinstance(default, list) else default
-        help_text = f"{help_texts[field.name]} (default: {shown})"
+        help_text = help_texts[field.name]
+        if "(default" not in help_text:  # a help text may say its default in words
+            help_text = f"{help_text} (default: {shown})"
         kind, nargs = _argument_type(hints[field.name])
         nargs = field.metadata.get("nargs", nargs)
         choice = choice_type(hints[field.name])
@@ -91,6 +94,17 @@ def add_config_options(
             parser.add_argument(
                 flag, type=kind, nargs=nargs, default=argparse.SUPPRESS, help=help_text
             )
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's formatter that adds each option's default to its help, except where the
+    help already says it (``--out``'s "default: a new runs/..."), so that every default
+    shows once."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "(default" in action.help:
+            return action.help
+        return super()._get_help_string(action)
 
 
 THREADS_NOTE = (
@@ -120,8 +134,30 @@ def given_options(args: argparse.Namespace, config_cls: type[Config]) -> dict:
 
 
 def config_from_args(args: argparse.Namespace, config_cls: type[Config]) -> Config:
-    """The configuration the options describe (defaults for options not given)."""
-    return config_cls(**given_options(args, config_cls))
+    """The configuration the options describe (defaults for options not given); an option
+    given that it would ignore is refused (:meth:`~ella.config.Config.check_given`)."""
+    given = given_options(args, config_cls)
+    config = config_cls(**given)
+    config.check_given(given)
+    return config
+
+
+def _refuse_another_commands_run(out: Path, saved: dict, config_cls: type[Config]) -> None:
+    """Refuse to resume a run that another command made (its ``config.json`` holds options
+    this one does not know), naming that command."""
+    maker = config_cls.maker_of(saved) if isinstance(saved, dict) else None
+    if maker is None or maker is config_cls or config_cls.COMMAND is None:
+        return
+    command = maker.COMMAND or maker.__name__
+    how = (
+        f"{command} --out {out} --resume"
+        if command.startswith("ella ")
+        else f"{command}(..., out={str(out)!r}, resume=True)"
+    )
+    raise CheckpointError(
+        f"--resume: {out} holds a run of {command}, not of {config_cls.COMMAND}; resume it "
+        f"with `{how}`"
+    )
 
 
 def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config]) -> Config:
@@ -132,8 +168,10 @@ def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config
     take the new value.
     """
     path = out / CONFIG
+    saved_dict = read_json(path, "run's configuration")
+    _refuse_another_commands_run(out, saved_dict, config_cls)
     try:
-        saved = config_cls.from_dict(read_json(path, "run's configuration"))
+        saved = config_cls.from_dict(saved_dict)
     except ConfigError as err:
         raise CheckpointError(f"{path} is not a valid configuration: {err}") from None
     given = given_options(args, config_cls)

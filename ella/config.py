@@ -26,8 +26,9 @@ import math
 import os
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ella.errors import ConfigError
 
@@ -128,8 +129,37 @@ class Config:
     by another version of ella says so).
     """
 
+    #: what makes and resumes runs of this configuration, for messages: a command
+    #: (``"ella train"``) or a function (``"ella.fit"``); None for a base class
+    COMMAND: ClassVar[str | None] = None
+
     def __post_init__(self) -> None:
         self.validate()
+
+    @classmethod
+    def maker_of(cls, d: dict) -> type[Config] | None:
+        """The configuration class, among those of a command (``COMMAND``) that are
+        imported, whose options hold every key of ``d`` (``cls`` if it does; else the one
+        with the fewest options ``d`` lacks), or None: which command wrote a saved
+        configuration."""
+        found: list[type[Config]] = []
+        todo = [Config]
+        while todo:
+            klass = todo.pop()
+            todo.extend(klass.__subclasses__())
+            if klass.COMMAND is not None and klass not in found:
+                found.append(klass)
+        names = {klass: {f.name for f in dataclasses.fields(klass)} for klass in found}
+        fits = [klass for klass in found if set(d) <= names[klass]]
+        if cls in fits:
+            return cls
+        return min(fits, key=lambda klass: len(names[klass] - set(d)), default=None)
+
+    def check_given(self, given: Iterable[str]) -> None:
+        """Refuse options the user gave (``given``: their names) that this configuration
+        would ignore, naming what makes them count. A default is never refused: only the
+        caller knows what was typed (the command line's options, :func:`ella.fit`'s
+        keywords). Nothing by default."""
 
     # ------------------------------------------------------------------ fields
     @classmethod
@@ -227,5 +257,11 @@ class Config:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
+            maker = cls.maker_of(d)
+            if maker is not None and maker is not cls and cls.COMMAND is not None:
+                raise ConfigError(
+                    f"it is a configuration of {maker.COMMAND}, not of {cls.COMMAND} "
+                    f"({len(unknown)} of its keys are not options of {cls.COMMAND})"
+                )
             raise ConfigError(f"unknown configuration keys: {sorted(unknown)}")
         return cls(**d)

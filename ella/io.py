@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +67,16 @@ def save_jsonl(rows: list[dict], path: Path) -> None:
     save_text("".join(json.dumps(strict_json(r), allow_nan=False) + "\n" for r in rows), path)
 
 
+def config_differences(saved: dict, config: Config) -> list[str]:
+    """The options that define the run (:meth:`~ella.config.Config.run_dict`) on which the
+    ``saved`` configuration (a dict) differs from ``config``, sorted. An option added after
+    it was saved counts as what ella did before the option existed: its default, unless the
+    class says otherwise (``ABSENT_MEANS``)."""
+    want = config.run_dict()
+    defaults = {**type(config)().run_dict(), **getattr(type(config), "ABSENT_MEANS", {})}
+    return sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
+
+
 def load_checkpoint(path: Path, config: Config) -> dict:
     """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
 
@@ -83,15 +94,11 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"--resume: no checkpoint at {path}")
-    ckpt = load_torch(path)
+    ckpt = load_torch(path, fix="restore it from a copy, or start the run again with --overwrite")
     saved = ckpt.get("config") if isinstance(ckpt, dict) else None
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
-    want = config.run_dict()
-    # an option added after the checkpoint was saved counts as what ella did before it
-    # existed: its default, unless the class says otherwise (ABSENT_MEANS)
-    defaults = {**type(config)().run_dict(), **getattr(type(config), "ABSENT_MEANS", {})}
-    changed = sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
+    changed = config_differences(saved, config)
     if changed:
         raise CheckpointError(
             f"--resume: the configuration differs from the checkpoint's in {changed}; "
@@ -100,25 +107,60 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     return ckpt
 
 
-def load_torch(path: Path) -> Any:
+#: what torch's weights-only unpickler says of a file that pickles a class or function
+#: (a crafted pickle, or a checkpoint of another program), as opposed to one whose bytes
+#: are no pickle at all ("Unsupported operand", "String is too long"...): random bytes,
+#: JSON text, a truncated file
+_PICKLED_OBJECT = re.compile(
+    r"GLOBAL |allowlisted|add_safe_globals|unrecognized function|must be imported to load"
+)
+
+
+def _unpickler_detail(text: str) -> str:
+    """The line of torch's error that says what the unpickler met (without torch's advice
+    to load the file with its code)."""
+    detail = text.rpartition("WeightsUnpickler error:")[2] if "WeightsUnpickler" in text else ""
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    if not lines:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0].split(". ")[0][:200] if lines else ""
+
+
+def load_torch(path: Path, fix: str = "restore it from a copy") -> Any:
     """Load a checkpoint without executing code from it (``weights_only=True``: tensors,
     and plain Python containers and numbers only).
 
+    Args:
+        path: the file.
+        fix: what to do about a corrupt file, for the message.
+
     Raises:
-        CheckpointError: the file is missing, truncated, corrupt, or holds objects
-            other than tensors and plain types (e.g. a crafted pickle).
+        CheckpointError: the file cannot be read (permissions: the message says to fix
+            them, not that the file is bad), is missing, truncated or corrupt (random
+            bytes, text), or holds objects other than tensors and plain types (e.g. a
+            crafted pickle).
     """
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: permission denied; the file may be good: fix its "
+            f"permissions (e.g. chmod u+r {path}) or run as its owner"
+        ) from None
+    except OSError as err:  # an unreadable file or disk; not a verdict on its contents
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {err.strerror or err}; check the file system "
+            "and the file's permissions"
+        ) from None
     except Exception as err:  # torch raises several types for corrupt or unsafe files
         text = str(err).strip()
-        if "weights only load failed" in text.lower() or "unsupported global" in text.lower():
+        if _PICKLED_OBJECT.search(text):
             # torch's own hint (load with weights_only=False) would run the file's code
             reason = (
                 "it holds Python objects besides tensors and plain values, which ella never "
                 "loads (unpickling them could run code from the file)"
             )
         else:
-            first = text.splitlines()[0] if text else type(err).__name__
-            reason = f"it is corrupt, truncated or not a checkpoint ({first})"
+            first = _unpickler_detail(text) or type(err).__name__
+            reason = f"it is corrupt, truncated or not a checkpoint ({first}); {fix}"
         raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None

@@ -21,6 +21,11 @@ from ella.nn import ALL_PATH_NAMES, path_columns
 from ella.rundir import EXPORT_THRESHOLD
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 epoch"``, ``"3 epochs"``: a count and its noun in the right number."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def effective_parameter_report(
     model: nn.Module, evidence: LaplaceEvidence, group_precision: torch.Tensor
 ) -> dict[str, list[dict]]:

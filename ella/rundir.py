@@ -26,13 +26,14 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
 
 from ella.errors import CheckpointError, RunDirectoryError
-from ella.io import save_json
+from ella.io import config_differences, save_json
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
@@ -96,6 +97,7 @@ __all__ = [
     "remove_orphan_temporaries",
     "resume_note",
     "run_lock",
+    "stopped_before_checkpoint",
 ]
 
 
@@ -104,12 +106,35 @@ def begin_run(
 ) -> None:
     """Claim a run directory as :func:`check_run_directory` allows, remove orphan
     temporaries, then ``load()`` the checkpoint when resuming, else clear an old run's
-    outputs (``overwrite``) and write ``config.json``. Nothing happens for ``out=None``."""
+    outputs (``overwrite``) and write ``config.json``. Nothing happens for ``out=None``.
+
+    Resuming a run that stopped before its first checkpoint
+    (:func:`stopped_before_checkpoint`) starts it from the beginning, as the same command
+    would have, after checking that ``config`` is the one its ``config.json`` holds.
+
+    Raises:
+        CheckpointError: resuming from nothing with another configuration than the saved
+            one (naming the options).
+    """
     if out is None:
         return
     out = Path(out)
     check_run_directory(out, resume=resume, overwrite=overwrite)
     remove_orphan_temporaries(out)
+    if resume and not (out / CHECKPOINT).is_file():  # stopped before its first checkpoint
+        changed = config_differences(read_json(out / CONFIG, "run's configuration"), config)
+        if changed:
+            raise CheckpointError(
+                f"--resume: the configuration differs from {out / CONFIG} in {changed}, and "
+                "there is no checkpoint yet; resume with the same options, or start again "
+                "with --overwrite"
+            )
+        print(
+            f"--resume: {out} has no checkpoint yet (the run stopped before its first epoch "
+            "ended); starting it from the beginning",
+            file=sys.stderr,
+        )
+        resume = False
     if resume:
         load()
     else:
@@ -185,9 +210,30 @@ def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
 
 
 def _refuse_a_file(out: Path) -> None:
-    """Refuse an ``--out`` that names a file."""
+    """Refuse an ``--out`` that names a file, or a symbolic link to nothing."""
+    if out.is_symlink() and not out.exists():
+        raise RunDirectoryError(
+            f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist; "
+            "create the directory it points to, or choose another --out"
+        )
     if out.exists() and not out.is_dir():
         raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+
+
+def stopped_before_checkpoint(out: Path) -> bool:
+    """Whether ``out`` holds a run stopped before its first checkpoint: its ``config.json``
+    and nothing else a run writes (the lock, an interrupted write's temporaries aside), so
+    that starting it again from its configuration loses nothing."""
+    out = Path(out)
+    if not (out / CONFIG).is_file() or (out / CHECKPOINT).exists():
+        return False
+    rest = [
+        entry.name
+        for entry in out.iterdir()
+        if entry.name not in (CONFIG, LOCK)
+        and not (entry.name.startswith(".") and entry.name.endswith(".tmp"))
+    ]
+    return not rest
 
 
 def _unwritable(out: Path, err: OSError) -> RunDirectoryError:
@@ -211,8 +257,16 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
                 "or choose another --out"
             )
     if resume:
-        if not (out / CHECKPOINT).is_file():
-            raise CheckpointError(f"--resume: no checkpoint at {out / CHECKPOINT}")
+        if not (out / CHECKPOINT).is_file() and not stopped_before_checkpoint(out):
+            if holds_run(out):
+                raise CheckpointError(
+                    f"--resume: no checkpoint at {out / CHECKPOINT}, so there is nothing to "
+                    "continue; start the run again with --overwrite, or choose another --out"
+                )
+            raise CheckpointError(
+                f"--resume: no checkpoint at {out / CHECKPOINT} (no run to continue); "
+                "leave out --resume to start a run there"
+            )
     elif out.is_dir() and any(entry.name != LOCK for entry in out.iterdir()):
         if not holds_run(out):
             foreign = foreign_entries(out)
@@ -221,6 +275,12 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
                 f"--out {out} is not empty and holds no ella run (files ella did not write: "
                 f"{shown}); ella never writes over files it did not create: choose a new or "
                 "empty directory"
+            )
+        if not overwrite and stopped_before_checkpoint(out):
+            raise RunDirectoryError(
+                f"{out} already holds a run that stopped before its first checkpoint (only "
+                f"{CONFIG}); use --resume to start it again with its configuration, "
+                "--overwrite to start again with these options, or another --out"
             )
         if not overwrite:
             raise RunDirectoryError(

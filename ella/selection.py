@@ -58,7 +58,7 @@ from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
 from ella.nn import ALL_PATH_NAMES, RelaxedLayer, path_columns
-from ella.report import mean_shares, paths_label
+from ella.report import counted, mean_shares, paths_label
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -709,9 +709,9 @@ def format_path_selection(record: dict) -> str:
     null = record["null"]
     lines = [
         f"path selection: each round drops the path whose removal raises the evidence most, "
-        f"the rest trained on for {record['epochs']} epochs ('collapsed': a candidate that kept "
-        f"less than half of the control's training fit over the class frequencies, which "
-        f"cannot win)"
+        f"the rest trained on for {counted(record['epochs'], 'epoch')} ('collapsed': a "
+        f"candidate that kept less than half of the control's training fit over the class "
+        f"frequencies, which cannot win)"
     ]
     for number, this in enumerate(record["rounds"], start=1):
         control = this["rows"][0]["log_evidence"]
@@ -768,7 +768,7 @@ def format_path_drops(result: dict) -> str:
     control = rows[0]["log_evidence"]
     lines = [
         f"path drops: each path at zero in every relaxed layer, the rest trained on for "
-        f"{result['epochs']} epochs (the control: nothing dropped)",
+        f"{counted(result['epochs'], 'epoch')} (the control: nothing dropped)",
         f"{'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}",
     ]
     for r in rows:

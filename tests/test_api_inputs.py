@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 import ella
 from ella import FitConfig, PriorLearner
@@ -136,6 +136,69 @@ def test_the_first_batch_check_leaves_torchs_generator_and_the_model_as_they_wer
     rng = torch.get_rng_state()
     _check_first_batch(model, loader(labels(), shuffle=True), FitConfig())
     assert torch.equal(torch.get_rng_state(), rng) and model.training
+
+
+class Stream(IterableDataset):
+    """A stream of (x, y) pairs without ``__len__``."""
+
+    def __iter__(self):
+        return iter(zip(inputs(), labels(), strict=True))
+
+
+def label_in_batch(batch: int, value: int = 12) -> torch.Tensor:
+    """:func:`labels` with ``value`` in the first example of ``batch`` (batches of 4)."""
+    y = labels().clone()
+    y[4 * batch] = value
+    return y
+
+
+# one row per loader that fit refuses only once it is running, or before its first batch:
+# id, fit's arguments (model, loaders, options), the error, the words of the message
+def items(y: torch.Tensor) -> DataLoader:
+    """A loader of a map-style data set that is no TensorDataset (its labels are read as
+    its batches are)."""
+    return DataLoader(Items(lambda i: (inputs()[i], y[i])), batch_size=4)
+
+
+BAD_LOADERS = [
+    ("a label outside the classes after the first batch",
+     lambda: (tiny_model(), items(label_in_batch(1)), None, {}), InputDataError,
+     ["train_loader's batch 2 in epoch 1", "labels must be in [0, 2] for 3 classes",
+      "from 0 to 12", "the model's output width", "training stopped there"]),
+    ("a label outside the classes in a TensorDataset's later batch",
+     lambda: (tiny_model(), loader(label_in_batch(1)), None, {}), InputDataError,
+     ["train_loader's data set: labels must be in [0, 2]", "from 0 to 12"]),
+    ("a test label outside the classes",
+     lambda: (tiny_model(), loader(labels()), items(label_in_batch(1, -1)), {}),
+     InputDataError, ["test_loader's batch 2", "labels must be in [0, 2]", "from -1 to 2"]),
+    ("a test label outside the classes in a TensorDataset",
+     lambda: (tiny_model(), loader(labels()), loader(label_in_batch(0, 3)), {}),
+     InputDataError, ["test_loader's data set: labels must be in [0, 2]", "from 0 to 3"]),
+    ("an iterable data set without len",
+     lambda: (tiny_model(), DataLoader(Stream(), batch_size=4), None,
+              {"marglik_subset_size": None}), ConfigError,
+     ["(Stream) has no len()", "n_data", "give the data set a __len__"]),
+    ("lr_hyp under the closed-form update", lambda: (tiny_model(), loader(labels()), None,
+                                                     {"lr_hyp": 0.05}), ConfigError,
+     ["--lr-hyp 0.05 sets the Adam steps", "add --prior-update adam"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arguments, error, words", [pytest.param(*row[1:], id=row[0]) for row in BAD_LOADERS]
+)
+def test_fit_refuses_a_bad_loader_naming_the_batch_and_the_fix(arguments, error, words):
+    model, train_loader, test_loader, options = arguments()
+    with pytest.raises(error) as caught:
+        ella.fit(model, train_loader, test_loader, **{**FAST, **options})
+    for word in words:
+        assert word in str(caught.value)
+    assert "IndexError" not in str(caught.value) and "TypeError" not in str(caught.value)
+
+
+def test_fit_takes_lr_hyp_where_the_rounds_step_by_adam():
+    result = ella.fit(tiny_model(), loader(labels()), lr_hyp=0.05, prior_update="adam", **FAST)
+    assert result.priors.optimizer.param_groups[0]["lr"] == 0.05
 
 
 # one row per bad n_data, through each public entry: the call, the words of the message

@@ -1,9 +1,11 @@
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from ella.cli import build_parser, main
 from ella.train import HELP, TrainConfig
@@ -20,6 +22,28 @@ def test_every_config_field_is_a_documented_option():
     text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     for field in dataclasses.fields(TrainConfig):
         assert "--" + field.name.replace("_", "-") in text
+
+
+def test_every_default_shows_once_in_the_help():
+    """argparse's default-adding formatter and a help text that says its default in words
+    ("(default: all)") used to show both."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name, parser in commands.items():
+        text = " ".join(parser.format_help().split())
+        assert not re.search(r"\(default[^)]*\) ?\(default", text), name
+    train = " ".join(commands["train"].format_help().split())
+    assert "number of test images to use (default: all) " in train
+    assert "run directory (default: a new runs/run-" in train
+
+
+def test_the_ggn_help_counts_the_backward_passes_the_code_takes():
+    from ella.engine.schedule import SCHEDULE_HELP
+    from ella.marglik.native import softmax_hessian_root
+
+    k = 5
+    assert softmax_hessian_root(torch.full((3, k), 1 / k)).shape[0] == k - 1  # one pass each
+    passes = "exact (K - 1 backward passes for K classes with the native backend"
+    assert passes in SCHEDULE_HELP["ggn"]
 
 
 @pytest.mark.slow

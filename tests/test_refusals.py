@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -79,6 +80,36 @@ def _pickle_checkpoint(run: Path) -> None:
     torch.save({"config": {}, "model": Payload()}, run / "checkpoint.pt")
 
 
+def _random_bytes_checkpoint(run: Path) -> None:
+    (run / "checkpoint.pt").write_bytes(random.Random(0).randbytes(2048))
+
+
+def _json_checkpoint(run: Path) -> None:
+    (run / "checkpoint.pt").write_text(json.dumps({"config": {}, "model": [1, 2]}))
+
+
+def _dangling_link(run: Path) -> None:
+    (run / "link").symlink_to(run.parent / "nowhere")
+
+
+def _ensemble_config(run: Path) -> None:
+    """The config.json of an ella ensemble run (the checkpoint stays the train run's)."""
+    from ella.ensembles.config import EnsembleConfig
+
+    (run / "config.json").write_text(json.dumps(EnsembleConfig().to_dict()))
+
+
+def _stopped_before_checkpoint(run: Path) -> None:
+    """What a run interrupted in its first epoch leaves: config.json alone."""
+    for path in run.iterdir():
+        if path.name != "config.json":
+            path.unlink()
+
+
+def _no_checkpoint(run: Path) -> None:
+    (run / "checkpoint.pt").unlink()
+
+
 # (name, prepare(run) or None, argv with RUN for the run's directory, status, needles)
 CASES = [
     ("shift beyond the image", None, ["train", *TINY, "--augment-shift", "1000"], 1,
@@ -132,6 +163,36 @@ CASES = [
      ["--select-paths moved", "use `ella select RUN`"]),
     ("report asked to drop paths", None, ["report", "RUN", "--drop-paths", "--drop-epochs", "3"],
      2, ["--drop-paths moved", "use `ella select RUN --drop-only`"]),
+    ("checkpoint of random bytes", _random_bytes_checkpoint, ["train", "--out", "RUN",
+     "--resume"], 1, ["is corrupt, truncated or not a checkpoint", "--overwrite"]),
+    ("checkpoint of JSON text", _json_checkpoint, ["train", "--out", "RUN", "--resume"], 1,
+     ["is corrupt, truncated or not a checkpoint", "restore it from a copy"]),
+    ("--out a dangling symbolic link", _dangling_link, ["train", *TINY, "--out", "RUN/link"], 1,
+     ["is a symbolic link to", "which does not exist", "create the directory it points to"]),
+    ("one training image", None, ["train", *TINY, "--train-size", "1"], 1,
+     ["--train-size 1: a run needs at least 2 training images", "--train-size 2 or more"]),
+    ("a path named twice", None, ["train", *TINY, "--paths", "fc", "fc"], 1,
+     ["--paths fc fc names fc more than once", "(--paths fc)"]),
+    ("a residual path alone", None, ["train", *TINY, "--paths", "residual"], 1,
+     ["a residual path is the part of a CONV path", "use --paths gconv residual"]),
+    ("a residual path beside fc alone", None, ["train", *TINY, "--paths", "fc", "residual"], 1,
+     ["use --paths fc gconv residual"]),
+    ("--lr-hyp under the closed-form update", None, ["train", *TINY, "--lr-hyp", "0.05"], 1,
+     ["--lr-hyp 0.05 sets the Adam steps", "the update in force is optimum",
+      "add --prior-update adam"]),
+    ("--lr-hyp without learned priors", None,
+     ["train", *TINY, "--lr-hyp", "0.05", "--no-learn-priors"], 1,
+     ["--no-learn-priors has none", "drop --lr-hyp"]),
+    ("ensemble --resume of a train run", None, ["ensemble", "--out", "RUN", "--resume"], 1,
+     ["holds a run of ella train, not of ella ensemble", "`ella train --out"]),
+    ("train --resume of an ensemble run", _ensemble_config, ["train", "--out", "RUN", "--resume"],
+     1, ["holds a run of ella ensemble, not of ella train", "`ella ensemble --out"]),
+    ("a rerun of a run stopped before its first checkpoint", _stopped_before_checkpoint,
+     ["train", *TINY, "--out", "RUN"], 1,
+     ["stopped before its first checkpoint", "--resume to start it again", "--overwrite"]),
+    ("--resume of a run without a checkpoint but with metrics", _no_checkpoint,
+     ["train", "--out", "RUN", "--resume"], 1,
+     ["no checkpoint at", "start the run again with --overwrite"]),
 ]  # fmt: skip
 
 
@@ -143,7 +204,7 @@ def test_a_bad_input_is_one_clear_error_before_any_harm(
 ):
     if prepare is not None:
         prepare(run)
-    argv = [str(run) if a == "RUN" else a for a in argv]
+    argv = [str(run) + a[3:] if a == "RUN" or a.startswith("RUN/") else a for a in argv]
     if argv[0] in ("train", "ensemble") and "--out" not in argv:
         argv = [*argv, "--out", str(tmp_path / "new")]
     before = snapshot(run)
@@ -163,6 +224,55 @@ def test_a_default_the_user_did_not_type_never_refuses(tmp_path, capsys):
     # typed, a step that adam cannot use is still refused
     argv = ["train", *TINY, "--prior-update", "adam", "--prior-step", "0.5", "--out", "s"]
     refused(capsys, argv, 1, "--prior-step 0.5 needs --prior-update optimum")
+    # lr_hyp: its default is never refused; typed, it is where no round takes Adam steps
+    assert TrainConfig(lr_hyp=0.05).lr_hyp == 0.05  # built in Python: nothing was typed
+    argv = ["train", *TINY, "--lr-hyp", "0.05", "--out", "t"]
+    refused(capsys, argv, 1, "--lr-hyp 0.05", "add --prior-update adam")
+    TrainConfig(lr_hyp=0.05, prior_update="adam").check_given(["lr_hyp"])
+    TrainConfig(lr_hyp=0.05, invariance="learned", augment="none").check_given(["lr_hyp"])
+
+
+def test_an_unreadable_checkpoint_is_not_called_corrupt(run, capsys, monkeypatch):
+    """A checkpoint that cannot be read (permissions) may be good: the message says to fix
+    the permissions, never that it is corrupt (torch.load raises as it would for a file
+    of mode 000; chmod does not deny root, which the tests may run as)."""
+    import ella.io
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ella.io.torch, "load", denied)
+    before = snapshot(run)
+    err = refused(capsys, ["train", "--out", str(run), "--resume"], 1,
+                  "cannot read checkpoint", "permission denied", "fix its permissions")  # fmt: skip
+    assert "corrupt" not in err
+    assert snapshot(run) == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_beginning(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Interrupted in its first epoch, a run leaves config.json alone; --resume starts it
+    from the beginning with that configuration, and ends as the uninterrupted run did."""
+    from ella.train.loop import Trainer
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "r"
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "train_epoch", interrupted)
+        refused(capsys, ["train", "--out", str(out), *TINY], 130, "there is no checkpoint yet")
+    assert [p.name for p in out.iterdir()] == ["config.json"]
+    # another configuration is refused, naming the options
+    refused(capsys, ["train", "--out", str(out), "--resume", "--epochs", "2"], 1,
+            "--epochs (the run has 1, given 2)")  # fmt: skip
+    assert main(["train", "--out", str(out), "--resume"]) == 0
+    assert "has no checkpoint yet" in capsys.readouterr().err
+    ours = torch.load(out / "checkpoint.pt", weights_only=True)
+    theirs = torch.load(finished_run / "checkpoint.pt", weights_only=True)
+    for name, tensor in theirs["model"].items():
+        assert torch.equal(ours["model"][name], tensor), name
 
 
 # ---------------------------------------------------------------- messages

@@ -477,6 +477,11 @@ def test_config_round_trip_is_plain_json():
         assert torch.load(buffer, weights_only=True) == d
     with pytest.raises(ConfigError, match="unknown configuration keys"):
         TrainConfig.from_dict({"epochs": 1, "colour": "red"})
+    # another command's configuration is named as such, not as some 40 unknown keys
+    with pytest.raises(ConfigError, match="configuration of ella ensemble, not of ella train"):
+        TrainConfig.from_dict(EnsembleConfig().to_dict())
+    with pytest.raises(ConfigError, match="configuration of ella train, not of ella ensemble"):
+        EnsembleConfig.from_dict(TrainConfig().to_dict())
 
 
 def test_run_fields_leave_out_paths_device_and_progress():

@@ -67,16 +67,25 @@ class CompiledOrEager:
     say so once on stderr and call ``module`` itself from then on.
 
     Only the calls go through the compiled module; ``module`` keeps its parameters,
-    state dict and hooks (an evidence fit calls it directly).
+    state dict and hooks (an evidence fit calls it directly). Before the first call,
+    which compiles (minutes on a CPU), one line on stderr says so where ``announce``.
     """
 
-    def __init__(self, module: nn.Module, **options: Any):
+    def __init__(self, module: nn.Module, announce: bool = True, **options: Any):
         self.module = module
         self.compiled: Any = torch.compile(module, **options)
+        self.announce = announce
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is None:
             return self.module(*args, **kwargs)
+        if self.announce:
+            self.announce = False
+            tqdm.write(
+                "--compile: compiling the training step with torch.compile (can take "
+                "minutes on a CPU) ...",
+                file=sys.stderr,
+            )
         try:
             return self.compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 (whatever the compiler raises)

@@ -414,7 +414,8 @@ class EpochRun(abc.ABC):
                 self.out, self.config, resume=resume, overwrite=overwrite, load=self.load
             )
         )
-        if resume and not self.world.is_main:
+        # process 0 started afresh where the run stopped before its first checkpoint
+        if resume and not self.world.is_main and (Path(self.out) / CHECKPOINT).is_file():
             self.load()
         bar = epoch_bar(self.state.epoch, self.config.epochs, desc, self.progress)
         with peer_failures(self.world, self.resume_note):

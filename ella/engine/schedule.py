@@ -12,6 +12,7 @@ closed-form optimum (``"optimum"``; ``ella train``'s step is
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -168,6 +169,29 @@ class ScheduleConfig(OptimizerConfig):
             return PriorUpdate.OPTIMUM if self.hessian == "kron" else PriorUpdate.ADAM
         return PriorUpdate.parse(self.prior_update, "prior_update")
 
+    def steps_priors_by_adam(self) -> bool:
+        """Whether the evidence rounds take Adam steps on the log precisions (the steps
+        ``lr_hyp`` and ``n_hypersteps`` set): the priors are learned, by ``adam``."""
+        return bool(self.learn_priors) and self.prior_update_rule() == PriorUpdate.ADAM
+
+    def check_given(self, given: Iterable[str]) -> None:
+        """Refuse a given ``lr_hyp`` that no round uses (the closed-form update, or no
+        learned priors), naming the option that makes it count."""
+        super().check_given(given)
+        if "lr_hyp" not in set(given) or self.steps_priors_by_adam():
+            return
+        if not self.learn_priors:
+            raise ConfigError(
+                f"--lr-hyp {self.lr_hyp} sets the Adam steps of the evidence rounds, and "
+                "--no-learn-priors has none: drop --lr-hyp, or learn the priors"
+            )
+        raise ConfigError(
+            f"--lr-hyp {self.lr_hyp} sets the Adam steps of --prior-update adam, and the "
+            f"update in force is {self.prior_update_rule()} (each round moves the log "
+            "precisions --prior-step of the way to its closed-form optimum, without a "
+            "learning rate): add --prior-update adam, or drop --lr-hyp"
+        )
+
 
 def evidence_due(config: ScheduleConfig, epoch: int, learning: bool | None = None) -> bool:
     """Whether the evidence is fitted after (1-based) ``epoch``: something is learned by it
@@ -311,7 +335,8 @@ SCHEDULE_HELP: dict[str, str] = {
     "backend": "curvature backend of the Laplace evidence",
     "hessian": "Laplace Hessian structure: kron, or full/diag for tiny models (a size that "
     "cannot fit in memory is refused before training)",
-    "ggn": "GGN: exact (one backward pass per class), mc (one sampled class, faster), "
+    "ggn": "GGN: exact (K - 1 backward passes for K classes with the native backend, one "
+    "per class with a stock one), mc (one sampled class, faster), "
     "stratified (the most probable class exactly and one class sampled from the others: "
     "two backward passes, far less noisy than mc on confident predictions; native backend) "
     "or auto (stratified with the native backend, mc with a stock one)",

@@ -6,12 +6,14 @@ import argparse
 
 from ella import distributed
 from ella.commandline import (
+    DefaultsHelpFormatter,
     add_config_options,
     add_run_options,
     reports_errors,
     run_claimed,
 )
 from ella.ensembles.config import HELP, EnsembleConfig
+from ella.report import counted
 
 __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
 
@@ -19,10 +21,11 @@ __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
 def format_results(results: dict) -> str:
     """A short table of a finished ensemble run's ``results.json``."""
     t = results["test"]
+    epochs, members = results["epochs"], results["members"]
     lines = [
-        f"{results['method']} ensemble of {results['members']} members "
+        f"{results['method']} ensemble of {counted(members, 'member')} "
         f"({results['parameters_per_member']:,} parameters each), trained on "
-        f"{results['train_size']} images for {results['epochs']} epochs "
+        f"{results['train_size']} images for {counted(epochs, 'epoch')} "
         f"in {results['train_time_s']:.0f} s",
         f"test ({results['test_size']} images): accuracy {100 * t['accuracy']:.2f}%  "
         f"NLL {t['nll']:.4f}  ECE {t['ece']:.4f}  (members alone: accuracy "
@@ -73,7 +76,7 @@ def add_ensemble_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "function-space or input-gradient RDE, as Wasserstein gradient descent), then report "
         "test accuracy, NLL and ECE, the same on corrupted test images, and (--osp-group) "
         "orbit-same-predictions.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add_run_options(parser, "ensemble")
     add_config_options(parser, EnsembleConfig, HELP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ella.choices import (
     Downsampling,
@@ -50,6 +51,8 @@ class EnsembleConfig(OptimizerConfig):
     enough to train on one CPU thread. The papers' settings are in
     ``benchmarks/osp.py`` and ``benchmarks/fordes.py`` (``paper`` profiles).
     """
+
+    COMMAND: ClassVar[str | None] = "ella ensemble"
 
     # data
     dataset: str = "mnist_subset"

@@ -31,9 +31,16 @@ class ModelOptions(Protocol):
 
 def check_mixer_options(config: ModelOptions) -> None:
     """Refuse, before any work, mixer options that cannot go together (ConfigError):
-    ``fc_rank`` above 1 without the factorised FC path, the CONV and residual paths
-    together, a residual path on the trivial group, and ``zero_init`` naming every path
-    of a mixed network."""
+    a path named twice, ``fc_rank`` above 1 without the factorised FC path, the CONV and
+    residual paths together, a residual path without the GCONV path beside it or on the
+    trivial group, and ``zero_init`` naming every path of a mixed network."""
+    if len(set(config.paths)) != len(config.paths):
+        repeated = sorted({p for p in config.paths if config.paths.count(p) > 1})
+        once = " ".join(dict.fromkeys(config.paths))
+        raise ConfigError(
+            f"--paths {' '.join(config.paths)} names {', '.join(repeated)} more than once; "
+            f"give each path once (--paths {once})"
+        )
     if config.fc_rank > 1 and config.fc_mode != "factorized":
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
@@ -44,6 +51,14 @@ def check_mixer_options(config: ModelOptions) -> None:
             f"--paths {' '.join(config.paths)}: conv and residual together are redundant "
             "(the residual is the part of a CONV path that breaks the group's symmetry); "
             "use --paths gconv residual, or conv gconv for the paper's paths"
+        )
+    if "residual" in config.paths and "gconv" not in config.paths:
+        with_gconv = " ".join(["gconv" if p == "residual" else p for p in config.paths])
+        raise ConfigError(
+            f"--paths {' '.join(config.paths)}: a residual path is the part of a CONV path "
+            "that breaks the group's symmetry, and stands beside the GCONV path that holds "
+            "the equivariant part (alone it is a CONV path without its equivariant part); "
+            f"use --paths {with_gconv} residual"
         )
     if "residual" in config.paths and config.group == "trivial":
         raise ConfigError(

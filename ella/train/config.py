@@ -96,6 +96,7 @@ class TrainConfig(ScheduleConfig):
     ``progress`` do not define the run and may change on ``--resume``.
     """
 
+    COMMAND: ClassVar[str | None] = "ella train"
     #: what ella did before an option existed, where its default is different now: a
     #: checkpoint that lacks the option ran with this value (:func:`ella.io.load_checkpoint`)
     ABSENT_MEANS: ClassVar[dict[str, object]] = {
@@ -182,6 +183,12 @@ class TrainConfig(ScheduleConfig):
             return PriorUpdate.ADAM
         return super().prior_update_rule()
 
+    def steps_priors_by_adam(self) -> bool:
+        """As for any schedule; and an input-invariant model's rounds take Adam steps on
+        its learned priors whatever the update (through its differentiable evidence)."""
+        invariant_rounds = self.learn_priors and self.invariance != InvarianceMethod.NONE
+        return super().steps_priors_by_adam() or bool(invariant_rounds)
+
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         super().check()
@@ -196,10 +203,13 @@ class TrainConfig(ScheduleConfig):
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv, residual")
         check_mixer_options(self)
-        if len(set(self.paths)) != len(self.paths):
-            raise ConfigError(f"paths must not repeat, got {' '.join(self.paths)}")
         if len(set(self.zero_init)) != len(self.zero_init):
             raise ConfigError(f"--zero-init must not repeat a path, got {' '.join(self.zero_init)}")
+        if self.train_size is not None and self.train_size < 2:
+            raise ConfigError(
+                f"--train-size {self.train_size}: a run needs at least 2 training images; "
+                "give --train-size 2 or more"
+            )
         if self.train_size is not None and self.validation_size > self.train_size - 2:
             raise ConfigError(
                 f"--validation-size {self.validation_size} leaves "

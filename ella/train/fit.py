@@ -20,9 +20,10 @@ epoch for an exact resume.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -32,6 +33,9 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    Subset,
+    TensorDataset,
+    default_collate,
 )
 
 from ella import distributed
@@ -53,7 +57,7 @@ from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
-from ella.rundir import RESULTS
+from ella.rundir import RESULTS, checkpoint_note
 from ella.train.alternating import (
     AlternatingRun,
     AlternatingState,
@@ -75,6 +79,8 @@ class FitConfig(ScheduleConfig):
     cross-entropy. ``"regression"``: outputs and targets (B, D), loss
     ``||f - y||^2 / (2 sigma_noise^2)`` per example (a Gaussian likelihood).
     """
+
+    COMMAND: ClassVar[str | None] = "ella.fit"
 
     likelihood: Likelihood = Likelihood.CLASSIFICATION
     sigma_noise: float = option(1.0, greater_than=0)
@@ -141,15 +147,21 @@ class FitResult:
 
 @torch.no_grad()
 def evaluate_loader(
-    model: nn.Module, loader: Iterable, config: FitConfig, world: World = ONE_PROCESS
+    model: nn.Module,
+    loader: Iterable,
+    config: FitConfig,
+    world: World = ONE_PROCESS,
+    classes: int | None = None,
 ) -> dict[str, float]:
     """Mean loss (and accuracy for classification) over ``loader`` (in a data-parallel job
-    each process evaluates its shard of the loader's data set, and the sums are shared)."""
+    each process evaluates its shard of the loader's data set, and the sums are shared);
+    with ``classes``, a label outside ``[0, classes)`` is an :class:`InputDataError`
+    naming its batch (:func:`checked_labels`)."""
     if world.distributed and isinstance(loader, DataLoader):
         loader = _test_shard(loader, world)
     return evaluate_batches(
         model,
-        loader,
+        checked_labels(loader, classes, lambda i: f"test_loader's batch {i + 1}"),
         lambda outputs, y: data_loss(outputs, y, config.likelihood, config.sigma_noise) * len(y),
         classification=config.likelihood == "classification",
         world=world,
@@ -171,7 +183,15 @@ def _n_examples(loader: Iterable) -> int:
         raise ConfigError(
             "train_loader must be a DataLoader (with a .dataset), not a plain iterable"
         )
-    n = len(dataset)
+    try:
+        n = len(dataset)
+    except TypeError:  # an IterableDataset without __len__
+        raise ConfigError(
+            f"the training data set ({type(dataset).__name__}) has no len(): ella.fit needs "
+            "the number of training examples (n_data, which weighs the prior against the "
+            "likelihood); give the data set a __len__ that returns it, or use a map-style "
+            "Dataset"
+        ) from None
     if n == 0:
         raise ConfigError("the training data set is empty")
     return n
@@ -247,7 +267,7 @@ def probe_outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         model.train(was_training)
 
 
-def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> None:
+def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> int | None:
     """Refuse, before any training step, a training loader whose first batch training would
     fail on (or silently misuse): not an ``(x, y)`` pair of tensors of one length; for
     classification labels that are not class indices of the model's outputs (one int64
@@ -255,6 +275,11 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
     than the outputs (the loss would broadcast them).
 
     The outputs come from :func:`probe_outputs` (nothing of the model changes).
+
+    Returns:
+        For classification the number of classes (the model's output width), which the
+        later batches' labels are checked against (:meth:`FitRun.epoch_batches`); else
+        None.
 
     Raises:
         InputDataError: naming the problem and the fix.
@@ -293,13 +318,63 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
                 f"outputs {tuple(output.shape)} for {len(y)} examples; or use "
                 "likelihood='regression'"
             )
-        check_labels(y, output.shape[1], what, classes_from="the model's output width")
-    elif output.shape != y.shape:
+        check_labels(y, output.shape[1], what, classes_from=OUTPUT_WIDTH)
+        return output.shape[1]
+    if output.shape != y.shape:
         raise InputDataError(
             f"{what}: regression needs targets of the outputs' shape {tuple(output.shape)}, "
             f"got {tuple(y.shape)} (they would broadcast); reshape them, e.g. "
             "y.view(len(y), -1), or change the model's outputs"
         )
+    return None
+
+
+#: what sets the number of classes a label is checked against, for the messages
+OUTPUT_WIDTH = "the model's output width"
+
+
+def _held_labels(loader: Iterable) -> torch.Tensor | None:
+    """All the labels ``loader``'s batches will hold, where they can be read without
+    loading its items: the label tensor of a ``TensorDataset`` of pairs (or a ``Subset`` of
+    one) batched by the default collation; else None."""
+    dataset = getattr(loader, "dataset", None)
+    if getattr(loader, "collate_fn", None) is not default_collate:
+        return None
+    indices = None
+    if isinstance(dataset, Subset):
+        dataset, indices = dataset.dataset, torch.as_tensor(dataset.indices)
+    if not (isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2):
+        return None
+    labels = dataset.tensors[1]
+    return labels if indices is None else labels[indices]
+
+
+def check_held_labels(loader: Iterable | None, classes: int | None, what: str) -> int | None:
+    """Check every label of ``loader`` against ``classes`` at once where they can be read
+    (:func:`_held_labels`), before any training; return the classes its batches must still
+    be checked against (:func:`checked_labels`): None where this checked them all."""
+    held = None if loader is None or classes is None else _held_labels(loader)
+    if held is None:
+        return classes
+    check_labels(held, classes, what, classes_from=OUTPUT_WIDTH)
+    return None
+
+
+def checked_labels(
+    batches: Iterable, classes: int | None, what: Callable[[int], str], note: str = ""
+) -> Iterator:
+    """``batches`` of ``(x, y)``, each one's labels checked (:func:`check_labels`) against
+    ``classes`` where they are in host memory (a check there reads nothing back from a
+    device); ``classes=None`` checks nothing. ``what(i)`` names batch ``i`` in the message,
+    which ends with ``note``."""
+    for i, batch in enumerate(batches):
+        y = batch[1] if isinstance(batch, (tuple, list)) and len(batch) == 2 else None
+        if classes is not None and isinstance(y, torch.Tensor) and y.device.type == "cpu":
+            try:
+                check_labels(y, classes, what(i), classes_from=OUTPUT_WIDTH)
+            except InputDataError as err:
+                raise InputDataError(f"{err}{note}") from None
+        yield batch
 
 
 class FitRun(AlternatingRun):
@@ -323,6 +398,11 @@ class FitRun(AlternatingRun):
         self.optimizer = make_optimizer(model, config)
         self.state = AlternatingState()
         self.steps_per_epoch = len(self.train_loader)
+        #: the classes every training and test batch's labels are checked against
+        #: (:func:`fit` sets them from the first batch's outputs, where it could not check
+        #: the labels at once: :func:`check_held_labels`); None checks nothing
+        self.classes: int | None = None
+        self.test_classes: int | None = None
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         """The loader's batches, in the order of the epoch's generator where the run draws
@@ -340,7 +420,13 @@ class FitRun(AlternatingRun):
         indices = None
         if self.records_traces():  # the loader's indices (checked by _check_rounds)
             indices = batch_indices(self.train_loader, self.config.seed, epoch, self.world)
-        for i, (x, y) in enumerate(self.train_loader):
+
+        def what(i: int) -> str:
+            return f"train_loader's batch {i + 1} in epoch {epoch + 1}"
+
+        note = f" (training stopped there; {checkpoint_note(self.out)})"
+        batches = checked_labels(self.train_loader, self.classes, what, note)
+        for i, (x, y) in enumerate(batches):
             n_global = len(y) * size if sizes is None else sizes[i]
             yield Batch(x, y, n_global, None if indices is None else indices[i])
 
@@ -353,7 +439,9 @@ class FitRun(AlternatingRun):
 
     def measure(self, row: dict) -> None:
         if self.test_loader is not None:
-            test = evaluate_loader(self.model, self.test_loader, self.config, self.world)
+            test = evaluate_loader(
+                self.model, self.test_loader, self.config, self.world, self.test_classes
+            )
             row.update({f"test_{k}": v for k, v in test.items()})
 
     def checkpoint_entries(self) -> dict:
@@ -415,6 +503,7 @@ def fit(
     """
     if config is None:
         config = FitConfig(**options)
+        config.check_given(options)
     elif options:
         raise ConfigError(f"give either config or keyword options, not both ({sorted(options)})")
     if not isinstance(config, FitConfig):
@@ -426,9 +515,12 @@ def fit(
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
     )
-    _check_first_batch(model, train_loader, config)
+    classes = _check_first_batch(model, train_loader, config)
+    check_classes = check_held_labels(train_loader, classes, "train_loader's data set")
+    test_classes = check_held_labels(test_loader, classes, "test_loader's data set")
     world = distributed.start()
     run = FitRun(model, priors, train_loader, test_loader, config, out, world)
+    run.classes, run.test_classes = check_classes, test_classes
     try:
         with run.owning():
             finished = run.finished_results(resume) is not None  # its results.json stays

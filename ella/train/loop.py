@@ -169,7 +169,7 @@ class Trainer(AlternatingRun):
         self.model = self._wrap_invariance(self.net).to(self.device)
         self.train_model = data_parallel(self.model, self.world)
         if config.compile:
-            self.train_model = CompiledOrEager(self.train_model)
+            self.train_model = CompiledOrEager(self.train_model, announce=self.world.is_main)
         #: the arithmetic of the training steps (--precision)
         self.steps = StepArithmetic(config.precision, self.device)
         #: the training images and labels the steps index (on the device where they fit)

@@ -86,6 +86,9 @@ def test_a_failing_compiler_leaves_a_message_and_an_eager_run(tmp_path, monkeypa
     trainer, fallen = run(tmp_path, "fallen", model="mlp", compile=True)
     err = capsys.readouterr().err
     assert err.count("torch.compile failed (RuntimeError: no C++ compiler found)") == 1
+    # said once, before the first compiled step (which may take minutes on a CPU)
+    assert err.count("--compile: compiling the training step with torch.compile") == 1
+    assert err.index("compiling the training step") < err.index("torch.compile failed")
     assert trainer.train_model.compiled is None
     assert fallen["test_nll"] == eager["test_nll"]
     assert fallen["prior_precision"] == eager["prior_precision"]

@@ -36,6 +36,19 @@ def test_train_and_evaluate_an_ensemble_from_the_command_line(tmp_path, capsys):
     assert "cannot change: --epochs" in capsys.readouterr().err
 
 
+def test_the_results_line_counts_in_the_singular_for_one():
+    from ella.ensembles.cli import format_results
+
+    test = dict.fromkeys(["accuracy", "nll", "ece", "member_accuracy", "member_nll"], 0.5)
+    results = {"method": "de", "members": 1, "parameters_per_member": 10, "train_size": 8,
+               "epochs": 1, "train_time_s": 1.0, "test_size": 4, "test": test}  # fmt: skip
+    assert "de ensemble of 1 member (10 parameters each), trained on 8 images for 1 epoch in" in (
+        format_results(results)
+    )
+    assert "of 2 members" in format_results({**results, "members": 2})
+    assert "for 3 epochs in" in format_results({**results, "epochs": 3})
+
+
 def test_no_severities_means_no_corrupted_evaluation(tmp_path, capsys):
     assert main(["ensemble", "--out", str(tmp_path), *TINY, "--corruption-severities"]) == 0
     assert "corrupted" not in json.loads((tmp_path / "results.json").read_text())
