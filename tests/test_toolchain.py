@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -70,7 +71,8 @@ def test_pyprojects_ranges_admit_every_pin_of_the_lock():
 def test_the_environment_is_the_lock():
     """Every installed distribution is the locked version (torch's local label aside)."""
     pins = locked()
-    for dist in md.distributions():
+    site = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for dist in md.distributions(path=sorted(site)):  # not setuptools' vendored copies
         name = canonicalize_name(dist.metadata["Name"])
         if name in NOT_LOCKED:
             continue

@@ -13,7 +13,6 @@ from ella.commandline import (
     run_claimed,
 )
 from ella.ensembles.config import HELP, EnsembleConfig
-from ella.report import counted
 
 __all__ = ["add_ensemble_parser", "cmd_ensemble", "format_results"]
 
@@ -23,9 +22,9 @@ def format_results(results: dict) -> str:
     t = results["test"]
     epochs, members = results["epochs"], results["members"]
     lines = [
-        f"{results['method']} ensemble of {counted(members, 'member')} "
+        f"{results['method']} ensemble of {members} member{'' if members == 1 else 's'} "
         f"({results['parameters_per_member']:,} parameters each), trained on "
-        f"{results['train_size']} images for {counted(epochs, 'epoch')} "
+        f"{results['train_size']} images for {epochs} epoch{'' if epochs == 1 else 's'} "
         f"in {results['train_time_s']:.0f} s",
         f"test ({results['test_size']} images): accuracy {100 * t['accuracy']:.2f}%  "
         f"NLL {t['nll']:.4f}  ECE {t['ece']:.4f}  (members alone: accuracy "
