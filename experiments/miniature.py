@@ -903,6 +903,10 @@ def main(argv: Sequence[str] | None = None) -> str | None:
                         help=f"default {' '.join(map(str, SEEDS))}")  # fmt: skip
     parser.add_argument("--widths", type=int, nargs=3, default=None,
                         help="channels per group copy of the three layers (default 1 1 4)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learned runs at this rate, without the MAP phase's choice")
+    parser.add_argument("--estimators", nargs="+", choices=ESTIMATORS, default=None,
+                        help="the learned runs of these estimators only (default both)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dry", action="store_true", help="a smoke test of the phase in seconds")
     args = parser.parse_args(argv)
@@ -935,11 +939,12 @@ def main(argv: Sequence[str] | None = None) -> str | None:
     runner = Runner(path, budget, args.data_dir)
     if args.phase in ("check", "all"):
         runner.ensure(check_specs(), "check: single-path networks")
-    lr = None
-    if args.phase in ("map", "learned", "all"):
+    lr = args.lr
+    if args.phase == "map" or (args.phase in ("learned", "all") and lr is None):
         lr = phase_map(runner)
     if args.phase in ("learned", "all"):
-        runner.ensure(learned_specs(lr), f"learned priors at lr {lr:g}")
+        specs = [s for s in learned_specs(lr) if s.estimator in (args.estimators or ESTIMATORS)]
+        runner.ensure(specs, f"learned priors at lr {lr:g}")
     if args.phase in ("summarise", "all"):
         command = "python -m experiments.miniature --phase all" + " ".join(
             f" --{k.replace('_', '-')} {v}" for k, v in overrides.items() if v is not None
