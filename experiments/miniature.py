@@ -901,12 +901,26 @@ def main(argv: Sequence[str] | None = None) -> str | None:
     parser.add_argument("--frequency", type=int, default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help=f"default {' '.join(map(str, SEEDS))}")  # fmt: skip
-    parser.add_argument("--widths", type=int, nargs=3, default=None,
-                        help="channels per group copy of the three layers (default 1 1 4)")
-    parser.add_argument("--lr", type=float, default=None,
-                        help="learned runs at this rate, without the MAP phase's choice")
-    parser.add_argument("--estimators", nargs="+", choices=ESTIMATORS, default=None,
-                        help="the learned runs of these estimators only (default both)")
+    parser.add_argument(
+        "--widths",
+        type=int,
+        nargs=3,
+        default=None,
+        help="channels per group copy of the three layers (default 1 1 4)",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learned runs at this rate, without the MAP phase's choice",
+    )
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        choices=ESTIMATORS,
+        default=None,
+        help="the learned runs of these estimators only (default both)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dry", action="store_true", help="a smoke test of the phase in seconds")
     args = parser.parse_args(argv)
