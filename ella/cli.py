@@ -34,6 +34,7 @@ from ella.rundir import (
     PATH_SELECTION,
     PATH_SELECTION_STATE,
     RESULTS,
+    SELECT_EPOCHS,
     read_json,
 )
 from ella.system import configure_threads
@@ -97,13 +98,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     with run_claimed(args, TrainConfig, "run", world, Trainer) as (out, config, results):
         if not world.is_main:
             return 0
+        if not config.select_paths:
+            print_answer(out, results)  # the headline; with --select-paths, the last lines
         print(results["table"])
         figures = [f.name for f in sorted(out.glob("*.png"))]
         print(f"run directory: {out} ({', '.join(['results.json', 'metrics.jsonl', *figures])})")
         if config.select_paths:
             print()
             print_selection(out, config.select_epochs, False, config.data_dir, config.progress)
+            print()
+            print_answer(out, results, blank_after=False)
     return 0
+
+
+def print_answer(run_dir: Path, results: dict, blank_after: bool = True) -> None:
+    """Print :func:`ella.selection.format_answer`, where the run has one."""
+    from ella.selection import format_answer
+
+    answer = format_answer(run_dir, results)
+    if answer:
+        print(answer + ("\n" if blank_after else ""))
 
 
 def print_selection(
@@ -182,6 +196,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
             f"model ({results.get('config', {}).get('model', '?')}) has none"
         )
+    print_answer(run_dir, results)
     try:
         print(format_table(results))
         if results.get("effective_parameters"):
@@ -321,8 +336,8 @@ def add_select_parser(sub: argparse._SubParsersAction) -> None:
     select.add_argument(
         "--epochs",
         type=int,
-        default=20,
-        help="epochs of training on per candidate network (default 20)",
+        default=SELECT_EPOCHS,
+        help=f"epochs of training on per candidate network (default {SELECT_EPOCHS})",
     )
     select.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     select.add_argument(

@@ -272,7 +272,7 @@ def save_figure(results: dict, path: str | Path) -> Path:
         ax.set_ylabel(label)
         ax.set_ylim(0, 100)
         ax.tick_params(axis="x", labelrotation=45)
-    axes[0][0].set_title("Learned symmetry per layer")
+    axes[0][0].set_title("Effective parameters per layer and path")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))

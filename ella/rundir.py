@@ -51,6 +51,8 @@ PATH_SELECTION = "path_selection.json"
 PATH_SELECTION_STATE = "path_selection.pt"
 #: the best candidate so far of a selection round in progress (removed when it finishes)
 PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
+#: ``ella select``: epochs of training on per candidate network
+SELECT_EPOCHS = 20
 #: ``ella export``'s file: the network without the paths its priors switched off
 EXPORTED = "exported.pt"
 #: ``ella export``: a path is off below this fraction of its layer's largest prior variance
@@ -85,6 +87,7 @@ __all__ = [
     "PATH_SELECTION_CANDIDATE",
     "PATH_SELECTION_STATE",
     "RESULTS",
+    "SELECT_EPOCHS",
     "begin_run",
     "checkpoint_note",
     "check_run_directory",

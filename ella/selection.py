@@ -1,10 +1,9 @@
 """Which paths does a trained mixer need? Drop each one, train on, compare the evidence.
 
-The per-path prior variances that ``ella train`` learns follow the weights training grew;
-they never switch a path off on their own
-(``docs/research/0016-evidence-ranks-single-path-mixers.md``). This module asks the evidence
-a discrete question instead. It is model selection by the marginal likelihood (MacKay,
-Neural Computation 1992), with one candidate model per path of the run:
+The per-path prior variances that ``ella train`` learns follow the weights training grew,
+and never switch a path off on their own. This module asks the evidence a discrete
+question instead: model selection by the marginal likelihood (MacKay, Neural Computation
+1992), with one candidate model per path of the run:
 
 1. the control: the run's network, trained on for ``epochs`` more epochs;
 2. for each path: the same network with that path's weights at zero in every relaxed
@@ -13,19 +12,17 @@ Neural Computation 1992), with one candidate model per path of the run:
 Each is trained with the run's own recipe and last prior precisions. Each gets the Laplace
 log evidence of the tensors it keeps (:func:`ella.marglik.kept_log_evidence`: exact GGN on
 all training images, every kept group's precision at its optimum). A path whose removal
-raises the evidence above the control's is one the data does not ask for. On 5000 images
-(``docs/research/0017-dropping-a-path.md``), dropping CONV from a CONV+GCONV mixer
-and training 20 epochs raised the evidence by about 9000 nats on rotated MNIST and
-lowered it by about the same on MNIST, at two seeds. With the FC path as well, the
-answer was not settled: seed 0 kept all three paths on both sets, seed 1 dropped CONV on
-both.
+raises the evidence above the control's is one the data does not ask for. How often the
+answer follows the data's symmetry, and its cost: the guide, "Which symmetry does each
+layer need?".
 
 :func:`select` (``ella select RUN``) repeats it greedily (:func:`select_paths`): a round of
 candidates as above, then the same from the winner, until the control wins or one path is
 left (backward elimination by the evidence). It keeps the selected network's weights.
 ``ella select RUN --drop-only`` runs the one round (:func:`drop_each_path`). Both write
 their record into the run directory after every candidate, so an interrupted call resumes
-where it stopped. ``ella train --select-paths`` selects after training.
+where it stopped. ``ella train --select-paths`` selects after training; ``ella report``
+opens with the answer (:func:`format_answer`).
 
 The selection works on run directories of ``ella train`` (each candidate trained by the
 run's :class:`~ella.train.loop.Trainer`) and on the :class:`~ella.train.fit.FitResult` of
@@ -53,7 +50,7 @@ from tqdm import tqdm
 
 from ella.choices import GGN, PriorMean
 from ella.distributed import ONE_PROCESS
-from ella.errors import ConfigError, RunDirectoryError
+from ella.errors import ConfigError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
@@ -67,6 +64,7 @@ from ella.rundir import (
     PATH_SELECTION_CANDIDATE,
     PATH_SELECTION_STATE,
     RESULTS,
+    SELECT_EPOCHS,
     read_json,
     run_lock,
 )
@@ -82,6 +80,7 @@ __all__ = [
     "collapsed",
     "drop_each_path",
     "format_path_drops",
+    "format_answer",
     "format_path_selection",
     "kept_their_fit",
     "load_learned_run",
@@ -102,7 +101,7 @@ def select(
     train_loader: DataLoader | None = None,
     test_loader: Iterable | None = None,
     *,
-    epochs: int = 20,
+    epochs: int = SELECT_EPOCHS,
     drop_only: bool = False,
     data_dir: str | Path | None = None,
     progress: bool = True,
@@ -366,7 +365,7 @@ def train_on_without(
 
 def drop_each_path(
     run_dir: str | Path,
-    epochs: int = 20,
+    epochs: int = SELECT_EPOCHS,
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
@@ -418,9 +417,8 @@ def collapsed(row: dict, control: dict, null: dict) -> bool:
     likelihood gains less than ``KEPT_FIT`` of the control's gain over the class
     frequencies (``null``). Dropping that path did not choose a symmetry; it left a
     network that says nearly the same for every image, which the evidence, counting its
-    few effective parameters, can rank above every network that fits (at 1000 images
-    every trained mixer's evidence is below the class frequencies';
-    ``docs/research/0018-greedy-path-selection.md``)."""
+    few effective parameters, can rank above every network that fits where every trained
+    network's evidence is below the class frequencies'."""
     gain = row["log_likelihood"] - null["log_likelihood"]
     return gain < KEPT_FIT * (control["log_likelihood"] - null["log_likelihood"])
 
@@ -439,7 +437,7 @@ def null_model(run_dir: str | Path, data_dir: str | Path | None = None) -> dict[
 
 def select_paths(
     run_dir: str | Path,
-    epochs: int = 20,
+    epochs: int = SELECT_EPOCHS,
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
@@ -645,7 +643,7 @@ def select_fitted(
     train_loader: DataLoader,
     test_loader: Iterable | None = None,
     *,
-    epochs: int = 20,
+    epochs: int = SELECT_EPOCHS,
     drop_only: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -754,6 +752,106 @@ def format_path_selection(record: dict) -> str:
                 "choice of paths is the evidence's among networks it would not use"
             )
     return "\n".join(lines)
+
+
+#: what the effective-parameter table reads, said beside every answer
+SHARES_NOTE = (
+    "the shares below say how the evidence prices the paths training grew, not which "
+    "symmetry the data need"
+)
+
+
+def selection_rounds(n_paths: int) -> list[int]:
+    """Networks trained per round by a greedy selection that drops a path in every round:
+    the control and one candidate per path kept, from ``n_paths`` paths down to two
+    (``[4, 3]`` for three paths)."""
+    return [kept + 1 for kept in range(n_paths, 1, -1)]
+
+
+def format_answer(run_dir: str | Path, results: dict) -> str | None:
+    """The report's headline: which paths the data need by the evidence's discrete
+    comparison (the run's finished :func:`select_paths`), or what asking costs.
+
+    The shares of a layer's paths say how the evidence prices the paths training grew; the
+    comparison of the networks with and without each path is the answer to which the data
+    need (the guide: "Which symmetry does each layer need?"). Without a selection the
+    headline estimates its cost from the run's own pace: ``epochs`` per network, the
+    networks of :func:`selection_rounds`.
+
+    Args:
+        run_dir: a finished run directory of ``ella train``.
+        results: its ``results.json``.
+
+    Returns:
+        Two lines, the answer (or its cost) and :data:`SHARES_NOTE`; None for a run that
+        :func:`select` cannot take (:func:`check_selectable`: MAP, one path, ...).
+    """
+    try:
+        paths = check_selectable(run_dir, SELECT_EPOCHS)
+    except EllaError:
+        return None
+    record = None
+    if (Path(run_dir) / PATH_SELECTION).is_file():
+        record = read_json(Path(run_dir) / PATH_SELECTION, "path selection")
+    if record is not None and record.get("finished"):
+        return f"{_answer(record)}\n{SHARES_NOTE}"
+    if record is not None and record.get("rounds"):
+        epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
+        line = (
+            f"which paths the data need: a selection stopped in round {len(record['rounds'])};"
+            f" ella select {run_dir}{epochs} resumes it"
+        )
+        return f"{line}\n{SHARES_NOTE}"
+    rounds = selection_rounds(len(paths))
+    cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
+    pace = _seconds_per_epoch(results)
+    if pace is not None:
+        first, every = (SELECT_EPOCHS * pace * n / 60 for n in (rounds[0], sum(rounds)))
+        cost += f", about {first:.0f} min at this run's pace"
+        if len(rounds) > 1:
+            cost += f" ({sum(rounds)} networks, {every:.0f} min, if it drops a path each round)"
+    line = (
+        f"which paths the data need: not asked yet; ella select {run_dir} asks the evidence, "
+        f"training the network with and without each path: {cost}"
+    )
+    return f"{line}\n{SHARES_NOTE}"
+
+
+def _seconds_per_epoch(results: dict) -> float | None:
+    """A run's training seconds per epoch (its evidence rounds included); None where its
+    results lack them."""
+    seconds, epochs = results.get("train_time_s"), results.get("epochs")
+    return seconds / epochs if seconds and epochs else None
+
+
+def _answer(record: dict) -> str:
+    """One line of a finished selection: the paths kept, what each drop gained, and the
+    selected network's test accuracy against the whole network trained on alike."""
+    kept = "+".join(p.upper() for p in record["kept"])
+    drops = []
+    for this in record["rounds"]:
+        control = this["rows"][0]
+        if this["winner"] != CONTROL:
+            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
+            gain = row["log_evidence"] - control["log_evidence"]
+            drops.append(f"{this['winner'].upper()} ({gain:+.0f} nats)")
+    how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
+    last = record["rounds"][-1]
+    if last["winner"] == CONTROL:
+        rivals = kept_their_fit(last["rows"], record["null"])
+        if rivals:
+            best = max(rivals, key=lambda r: r["log_evidence"])
+            cost = last["rows"][0]["log_evidence"] - best["log_evidence"]
+            how += f"; dropping {best['dropped'].upper()} too would cost {cost:.0f} nats"
+    first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
+    line = (
+        f"which paths the data need, by the evidence (ella select, {record['epochs']} epochs "
+        f"per network): {kept}; {how}; test accuracy {100 * selected['test_accuracy']:.2f}% "
+        f"(the whole network trained on alike: {100 * first['test_accuracy']:.2f}%)"
+    )
+    if selected["log_evidence"] < record["null"]["log_evidence"]:
+        line += "; below no network's evidence, so a choice among networks, not against none"
+    return line
 
 
 def _selected_row(record: dict) -> dict:

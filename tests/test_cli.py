@@ -56,6 +56,8 @@ def test_train_then_report_through_the_command_line(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "GCONV %" in proc.stdout and "layer8" in proc.stdout
+    # the headline: which paths the data need is not asked yet, and what asking costs
+    assert proc.stdout.startswith(f"which paths the data need: not asked yet; ella select {out} ")
     results = json.loads((out / "results.json").read_text())
     assert {"test_accuracy", "log_marglik", "prior_precision", "effective_parameters"} <= set(
         results
@@ -68,6 +70,7 @@ def test_train_then_report_through_the_command_line(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "layer1" in proc.stdout
+    assert proc.stdout.startswith("which paths the data need: not asked yet")
     assert (out / "effective_parameters.png").is_file()
     # --resume alone takes the run's saved options; a finished run just reports again
     assert main(["train", "--out", str(out), "--resume"]) == 0

@@ -340,8 +340,76 @@ def test_report_shows_a_finished_selection_again(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ella.report, "format_table", lambda results: "TABLE")
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("TABLE\n")
+    answer = selection.format_answer(run, {})
+    assert out.startswith(f"{answer}\n\nTABLE\n")  # the answer is the headline
     assert selection.format_path_selection(record) in out
+
+
+def test_answer_of_a_finished_selection_names_the_paths_and_each_drops_gain(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    selection.select_paths(run, 3)
+    lines = selection.format_answer(run, {}).splitlines()
+    assert lines == [
+        "which paths the data need, by the evidence (ella select, 3 epochs per network): "
+        "GCONV; dropped FC (+10 nats), then CONV (+10 nats); test accuracy 50.00% (the whole "
+        "network trained on alike: 50.00%)",
+        selection.SHARES_NOTE,
+    ]
+
+
+def test_answer_says_what_keeping_every_path_costs_and_when_it_is_below_no_network(
+    tmp_path, monkeypatch
+):
+    kept = write_config(tmp_path / "kept", paths=["conv", "gconv"])
+    evidence = {(): -10.0, ("conv",): -20.0, ("gconv",): -30.0}
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], evidence=evidence))
+    selection.select_paths(kept, 2)
+    answer = selection.format_answer(kept, {})
+    assert ": CONV+GCONV; every path kept; dropping CONV too would cost 10 nats; " in answer
+    assert "no network" not in answer
+    below = write_config(tmp_path / "below", paths=["conv", "gconv"])
+    evidence = {(): -2000.0, ("conv",): -1500.0, ("gconv",): -2500.0}  # NULL: -1010
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], evidence=evidence))
+    selection.select_paths(below, 2)
+    answer = selection.format_answer(below, {})
+    assert ": GCONV; dropped CONV (+500 nats); " in answer
+    assert answer.splitlines()[0].endswith(
+        "; below no network's evidence, so a choice among networks, not against none"
+    )
+
+
+def test_answer_before_a_selection_is_its_cost_at_the_runs_pace(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    results = {"train_time_s": 60.0, "epochs": 20}  # 3 s per epoch
+    first = selection.format_answer(run, results).splitlines()[0]
+    assert first == (
+        f"which paths the data need: not asked yet; ella select {run} asks the evidence, "
+        "training the network with and without each path: 4 networks of 20 epochs in its "
+        "first round, about 4 min at this run's pace (7 networks, 7 min, if it drops a path "
+        "each round)"
+    )
+    two = write_config(tmp_path / "two", paths=["conv", "gconv"])
+    assert (
+        selection.format_answer(two, {})
+        .splitlines()[0]
+        .endswith("3 networks of 20 epochs in its first round")
+    )  # no pace in the results: no time
+    assert selection.selection_rounds(4) == [5, 4, 3] and selection.selection_rounds(2) == [3]
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        selection.select_paths(run, 3)
+    assert selection.format_answer(run, results).splitlines()[0] == (
+        f"which paths the data need: a selection stopped in round 1; ella select {run} "
+        "--epochs 3 resumes it"
+    )
+
+
+@pytest.mark.parametrize(
+    "values", [{"learn_priors": False}, {"paths": ["gconv"]}, {"invariance": "learned"}]
+)
+def test_no_answer_for_a_run_ella_select_cannot_take(tmp_path, values):
+    assert selection.format_answer(write_config(tmp_path / "run", **values), {}) is None
 
 
 def test_select_command_runs_in_one_process(tmp_path, monkeypatch, capsys):

@@ -30,6 +30,7 @@ from ella.data.datasets import image_side
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
 from ella.models.build import check_mixer_options
+from ella.rundir import SELECT_EPOCHS
 from ella.system import check_device_name
 
 #: Training images (the first) on which ``--head-init data`` standardises a mixer's head.
@@ -170,7 +171,7 @@ class TrainConfig(ScheduleConfig):
     report_state: ReportedState = ReportedState.FINAL
     # after training: greedy selection of the paths by the evidence (ella.selection)
     select_paths: bool = option(False, defines_run=False)
-    select_epochs: int = option(20, minimum=1, defines_run=False)
+    select_epochs: int = option(SELECT_EPOCHS, minimum=1, defines_run=False)
     # run
     device: str = option("cpu", defines_run=False)
     precision: Precision = Precision.FP32
