@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ella.errors import ConfigError
+from ella.migrations import upgrade
 
 __all__ = ["MAX_SEED", "Choice", "Config", "choice_type", "option"]
 
@@ -264,4 +265,4 @@ class Config:
                     f"({len(unknown)} of its keys are not options of {cls.COMMAND})"
                 )
             raise ConfigError(f"unknown configuration keys: {sorted(unknown)}")
-        return cls(**d)
+        return cls(**upgrade(d, cls))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import torch
 
 from ella.errors import CheckpointError
+from ella.migrations import upgrade
 
 if TYPE_CHECKING:
     from ella.config import Config
@@ -70,10 +71,12 @@ def save_jsonl(rows: list[dict], path: Path) -> None:
 def config_differences(saved: dict, config: Config) -> list[str]:
     """The options that define the run (:meth:`~ella.config.Config.run_dict`) on which the
     ``saved`` configuration (a dict) differs from ``config``, sorted. An option added after
-    it was saved counts as what ella did before the option existed: its default, unless the
-    class says otherwise (``ABSENT_MEANS``)."""
+    it was saved counts as what ella did before the option existed
+    (:func:`ella.migrations.upgrade`): its default, unless :data:`ella.migrations.ABSENT_MEANS`
+    says otherwise."""
     want = config.run_dict()
-    defaults = {**type(config)().run_dict(), **getattr(type(config), "ABSENT_MEANS", {})}
+    saved = upgrade(saved, type(config))
+    defaults = type(config)().run_dict()
     return sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
 
 

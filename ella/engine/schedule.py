@@ -120,16 +120,6 @@ class ScheduleConfig(OptimizerConfig):
 
     #: half the way to each round's optimum (see prior_update)
     DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
-    #: what ella did before an option existed, where its default is different now: a
-    #: checkpoint that lacks the option ran with this value (:func:`ella.io.load_checkpoint`)
-    ABSENT_MEANS: ClassVar[dict[str, object]] = {
-        "marglik_frequency": 3,
-        "prior_update": "adam",
-        "prior_step": 1.0,
-        "ggn": "exact",
-        "marglik_subset_size": None,
-        "subset_control": "none",
-    }
 
     def check(self) -> None:
         super().check()

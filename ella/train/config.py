@@ -98,23 +98,6 @@ class TrainConfig(ScheduleConfig):
     """
 
     COMMAND: ClassVar[str | None] = "ella train"
-    #: what ella did before an option existed, where its default is different now: a
-    #: checkpoint that lacks the option ran with this value (:func:`ella.io.load_checkpoint`)
-    ABSENT_MEANS: ClassVar[dict[str, object]] = {
-        "norm": "none",
-        "head_init": "default",
-        "augment": "none",
-        "augment_shift": 4,
-        "downsample": "polyphase",
-        "report_state": "best_evidence",
-        "lr_scaling": "none",
-        "prior_update": "adam",
-        "subset_control": "none",
-        "prior_step": 1.0,
-        "marglik_frequency": 3,
-        "zero_init": [],
-        "gconv_lr": "same",
-    }
 
     # data
     dataset: str = "mnist_subset"

@@ -4,6 +4,7 @@ from torch import nn
 
 from ella.engine.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
 from ella.errors import ConfigError
+from ella.migrations import absent_means
 from ella.train import TrainConfig, Trainer
 from tests.train.test_loop import tiny_config
 
@@ -212,4 +213,4 @@ def test_gconv_rate_auto_is_group_order_with_adam_and_same_with_sgd():
     assert tiny_config(optimizer="sgd").gconv_rate() == "same"
     assert OptimizerConfig(gconv_lr="same").gconv_rate() == "same"
     # a checkpoint written before the option existed ran the GCONV paths at the same rate
-    assert TrainConfig.ABSENT_MEANS["gconv_lr"] == "same"
+    assert absent_means(TrainConfig)["gconv_lr"] == "same"

@@ -1,0 +1,61 @@
+"""What a configuration written by an earlier version of ella means today.
+
+A run directory keeps the configuration its run was made with (``config.json``, and a
+copy in every checkpoint). An option added to ella later is absent from it. Where ella
+did something other than today's default before the option existed, the absent option
+means that older behaviour: a run made then must build the same network, resume with
+the same recipe and compare equal to its own checkpoint. :data:`ABSENT_MEANS` holds
+those meanings, one table per configuration class, and :func:`upgrade` fills them into
+a saved configuration before it is read (:meth:`ella.config.Config.from_dict`,
+:func:`ella.io.config_differences`). An absent option not listed means its default.
+
+Options are only ever added, never renamed or removed, so an absent key is the only
+difference an older configuration can have.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ABSENT_MEANS", "absent_means", "upgrade"]
+
+#: per configuration class, by name: option -> what ella did before the option existed.
+#: A class also takes the tables of the classes it derives from (:func:`absent_means`).
+ABSENT_MEANS: dict[str, dict[str, object]] = {
+    # the evidence rounds of ella.fit (and of ella train before they moved here)
+    "ScheduleConfig": {
+        "marglik_frequency": 3,
+        "prior_update": "adam",
+        "prior_step": 1.0,
+        "ggn": "exact",
+        "marglik_subset_size": None,  # the whole training set every round
+        "subset_control": "none",
+    },
+    "TrainConfig": {
+        "norm": "none",
+        "head_init": "default",
+        "augment": "none",
+        "augment_shift": 4,
+        "downsample": "polyphase",
+        "report_state": "best_evidence",
+        "lr_scaling": "none",
+        "zero_init": [],
+        "gconv_lr": "same",
+    },
+    "EnsembleConfig": {
+        "model": "mixer",  # members were always ella's mixer before --model
+    },
+}
+
+
+def absent_means(cls: type) -> dict[str, object]:
+    """The meaning of each absent option of configuration class ``cls``: the tables of
+    :data:`ABSENT_MEANS` along its bases, a derived class's entries over its base's."""
+    merged: dict[str, object] = {}
+    for klass in reversed(cls.__mro__):
+        merged.update(ABSENT_MEANS.get(klass.__name__, {}))
+    return merged
+
+
+def upgrade(saved: dict, cls: type) -> dict:
+    """``saved`` (a configuration of ``cls`` as a dict) with every option it lacks that has
+    an older meaning (:func:`absent_means`) filled in; the keys it has are kept as saved."""
+    return {**absent_means(cls), **saved}
