@@ -1,15 +1,29 @@
 """ella: learn which symmetries each layer of a network should have.
 
-Subpackages:
-    ella.groups   finite groups acting on images and lifted tensors
-    ella.nn       relaxed layers with FC, CONV and GCONV paths
-    ella.models   ready networks (``ella.models.mixer``)
-    ella.testing  ``assert_equivariant`` and friends
-    ella.marglik  the Laplace evidence of layer-wise priors
-    ella.learner  ``PriorLearner``: learned priors in your own training loop
-    ella.fit      the whole alternating job for your own model and DataLoader
-    ella.seed_epoch_order   a hand-written loop's data order, drawn as ella.fit draws it
-    ella.select   choose a learned run's paths by the evidence (``ella select``)
+At the top level, imported on first use:
+    ella.fit               the whole alternating job for your own model and DataLoader
+    ella.FitConfig         its options
+    ella.PriorLearner      learned priors in your own training loop
+    ella.select            which paths the data need, by the evidence (``ella select``)
+    ella.seed_epoch_order  a hand-written loop's data order, drawn as ella.fit draws it
+
+Subpackages, from the layers up:
+    ella.nn          relaxed layers with FC, CONV, GCONV and residual paths
+    ella.models      ready networks (``ella.models.mixer``) and plain baselines
+    ella.data        data sets read from their original files, checksums verified
+    ella.marglik     the Laplace evidence of layer-wise priors and effective parameters
+    ella.invariance  learned input invariance (LILA, Augerino)
+    ella.metrics     the symmetry a model has (G-EED, orbit-same-predictions)
+    ella.engine      epochs, schedules and health checks shared by every loop
+    ella.train       ``ella train``'s loop and :func:`ella.fit`
+    ella.ensembles   deep and repulsive ensembles (``ella ensemble``)
+
+Modules: ``groups`` (finite groups acting on images), ``testing``
+(``assert_equivariant``), ``learner`` (``PriorLearner``), ``selection`` and ``export``
+(choosing and exporting paths), ``report`` (the effective-parameter report), ``config``,
+``choices`` and ``migrations`` (options, their values, older configurations), ``io`` and
+``rundir`` (atomic files, run directories), ``cli`` and ``commandline`` (the command
+line), ``distributed``, ``system``, ``geometry`` and ``errors``.
 """
 
 __version__ = "0.2.0"

@@ -72,7 +72,9 @@ class _Batches:
 @dataclass(frozen=True)
 class EvidenceRounds:
     """What an evidence round fits the evidence on (the round policy of
-    :meth:`PriorLearner.evidence_round`): by default ``ella train``'s recipe.
+    :meth:`PriorLearner.evidence_round`): by default a class-balanced subset of 500
+    examples with the ``forward`` control variate, which needs nothing from the caller's
+    training loop (``ella train`` and :func:`ella.fit` pass ``training``).
 
     A round draws a fresh class-balanced subset of ``subset_size`` training examples (a
     function of ``seed`` and the epoch; all of them where ``subset_size`` is ``None`` or

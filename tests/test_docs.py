@@ -98,3 +98,19 @@ def test_the_readmes_links_reach_files_that_exist():
     assert local, "the README links to no documentation page"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_development_pages_layout_is_the_packages():
+    """Every path docs/development.md's layout names exists, and every module and
+    subpackage of ``ella`` is named there."""
+    text = (DOCS / "development.md").read_text()
+    layout = text[text.index("## Layout") : text.index("## Where things go")]
+    named = set(re.findall(r"^(ella/[\w/]*\.py|ella/\w+/)", layout, re.M))
+    named |= set(re.findall(r"\((ella/[\w/]+\.py)", layout))
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"docs/development.md names what does not exist: {missing}"
+    package = ROOT / "ella"
+    present = {f"ella/{p.name}" for p in package.glob("*.py") if p.name != "__init__.py"}
+    present |= {f"ella/{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    unnamed = sorted(present - named)
+    assert not unnamed, f"docs/development.md's layout does not name {unnamed}"

@@ -4,9 +4,9 @@ MAP steps on the weights with the prior term ``1/2 sum delta theta^2 / N``
 (cosine learning rate), and, after ``n_epochs_burnin`` epochs and every
 ``marglik_frequency`` epochs, one evidence fit and an update of the log prior
 precisions: ``n_hypersteps`` Adam steps (``prior_update="adam"``, the ELLA reference's
-schedule and this class's default) or a step of ``prior_step`` towards the round's
-closed-form optimum (``"optimum"``; ``ella train``'s step is
-``TrainConfig.DEFAULT_PRIOR_STEP``).
+schedule) or a step of ``prior_step`` towards the round's closed-form optimum
+(``"optimum"``, ``ScheduleConfig.DEFAULT_PRIOR_STEP`` of the way by default); the default
+``"auto"`` takes the optimum where the Hessian is Kronecker-factored, Adam elsewhere.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The three kinds of path of a relaxed layer, on lifted tensors (B, |G|, C, H, W).
+"""The four kinds of path of a relaxed layer, on lifted tensors (B, |G|, C, H, W).
 
 Every parameter is the weight or bias of an ``nn.Linear`` or ``nn.Conv2d``
 called as ``module(x)``; symmetry lives in parameter-free reshapes and
@@ -14,6 +14,8 @@ Automatically using Gradients", NeurIPS 2023, Sec. 3):
 * :class:`ConvPath` -- convolution over space that mixes the group copies:
   equivariant to (circular) translations only.
 * :class:`GConvPath` -- group convolution: exactly equivariant to the group.
+* :class:`ResidualConvPath` -- the part of a CONV path that breaks the group's
+  symmetry, and only it, meant beside a GCONV path.
 
 A CONV or GCONV path with ``stride=2`` computes at full resolution and halves
 its output by ``downsample`` (:mod:`ella.nn.downsample`: one polyphase

@@ -135,8 +135,7 @@ class TrainConfig(ScheduleConfig):
     # MAP optimisation (epochs, optimiser and the evidence schedule: ScheduleConfig)
     batch_size: int = option(128, minimum=1)
     # the evidence rounds (marglik_subset_size, ...: ScheduleConfig), the subset's curvature
-    # scaled by the traces of the training passes, free (ella.fit's forward control costs a
-    # pass; docs/research/0025-subset-control-variate.md)
+    # scaled by the traces of the training passes, free (the forward control costs a pass)
     subset_control: SubsetControl = SubsetControl.TRAINING
     # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig), chosen
     # on validation splits: docs/research/0002-recipe-on-a-validation-split.md (lr) and

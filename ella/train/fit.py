@@ -5,8 +5,8 @@ and/or ``nn.Linear``/``nn.Conv2d`` layers, on the loop that ``ella train`` runs
 (:class:`~ella.train.alternating.AlternatingRun`): MAP epochs with the prior term of a
 :class:`~ella.learner.PriorLearner`, its evidence rounds on the schedule of
 :class:`~ella.engine.schedule.ScheduleConfig` (``ella train``'s recipe by default: a
-class-balanced subset of 500 examples per round, the stratified GGN, the forward
-control variate, half the way to each round's optimum), test metrics per epoch, and
+class-balanced subset of 500 examples per round, the stratified GGN, the training
+passes' control variate, half the way to each round's optimum), test metrics per epoch, and
 optionally a run directory with a checkpoint after every epoch and exact resume.
 
 Seeding is ``ella train``'s (:mod:`ella.train.alternating`): seed torch's global
