@@ -842,7 +842,8 @@ def _answer(record: dict) -> str:
         if rivals:
             best = max(rivals, key=lambda r: r["log_evidence"])
             cost = last["rows"][0]["log_evidence"] - best["log_evidence"]
-            how += f"; dropping {best['dropped'].upper()} too would cost {cost:.0f} nats"
+            too = " too" if drops else ""
+            how += f"; dropping {best['dropped'].upper()}{too} would cost {cost:.0f} nats"
     first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
     line = (
         f"which paths the data need, by the evidence (ella select, {record['epochs']} epochs "

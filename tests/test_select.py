@@ -366,8 +366,14 @@ def test_answer_says_what_keeping_every_path_costs_and_when_it_is_below_no_netwo
     monkeypatch.setattr(selection, "train_on", fake_train_on([], evidence=evidence))
     selection.select_paths(kept, 2)
     answer = selection.format_answer(kept, {})
-    assert ": CONV+GCONV; every path kept; dropping CONV too would cost 10 nats; " in answer
+    assert ": CONV+GCONV; every path kept; dropping CONV would cost 10 nats; " in answer
     assert "no network" not in answer
+    then = write_config(tmp_path / "then")
+    evidence = {**SELECTION_EVIDENCE, ("conv", "fc"): -95.0}  # round 2: the control wins
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], evidence=evidence))
+    selection.select_paths(then, 2)
+    answer = selection.format_answer(then, {})
+    assert ": CONV+GCONV; dropped FC (+10 nats); dropping CONV too would cost 5 nats; " in answer
     below = write_config(tmp_path / "below", paths=["conv", "gconv"])
     evidence = {(): -2000.0, ("conv",): -1500.0, ("gconv",): -2500.0}  # NULL: -1010
     monkeypatch.setattr(selection, "train_on", fake_train_on([], evidence=evidence))

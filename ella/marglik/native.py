@@ -43,6 +43,7 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
+from ella.choices import FCMode, GConvMode
 from ella.errors import EvidenceError
 from ella.groups import Group
 from ella.marglik.laplace_internals import mark_permuted, own_copies
@@ -479,7 +480,8 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
         if id(m) in handled:
             continue
         lone_gconv = (
-            isinstance(m, ResidualConvPath) or (isinstance(m, GConvPath) and m.mode == "full")
+            isinstance(m, ResidualConvPath)
+            or (isinstance(m, GConvPath) and m.mode == GConvMode.FULL)
         ) and id(m) not in fused
         if isinstance(m, RelaxedLayer) or lone_gconv:
             paths = fusable_paths(m.paths.values() if isinstance(m, RelaxedLayer) else [m])
@@ -495,7 +497,7 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
                 owners += trainable_in(path)
             continue
         trainable = [p for p in m.parameters(recurse=False) if p.requires_grad]
-        if isinstance(m, FCPath) and m.mode == "factorized":
+        if isinstance(m, FCPath) and m.mode == FCMode.FACTORIZED:
             if trainable_in(m):
                 handled.update(id(c) for c in m.modules())
                 blocks.append(_FCPathBlock(m))

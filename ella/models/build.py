@@ -6,6 +6,7 @@ from typing import Protocol
 
 from torch import nn
 
+from ella.choices import FCMode
 from ella.errors import ConfigError
 from ella.models.baselines import BASELINE_MODELS
 from ella.models.mixer import mixer
@@ -41,7 +42,7 @@ def check_mixer_options(config: ModelOptions) -> None:
             f"--paths {' '.join(config.paths)} names {', '.join(repeated)} more than once; "
             f"give each path once (--paths {once})"
         )
-    if config.fc_rank > 1 and config.fc_mode != "factorized":
+    if config.fc_rank > 1 and config.fc_mode != FCMode.FACTORIZED:
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
             f"{config.fc_mode} has none: use --fc-mode factorized or --fc-rank 1"

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.choices import Downsampling, GroupPooling
+from ella.choices import Downsampling, FCMode, GConvMode, GroupPooling
 from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
-from ella.nn.paths import FCMode, GConvMode
 from ella.testing import equivariance_errors
 
 #: (channel multiplier of ``width``, stride) per layer, as in the ELLA paper's
@@ -93,8 +92,8 @@ class Mixer(nn.Module):
         width: int = 2,
         blocks: Sequence[tuple[int, int]] = DEFAULT_BLOCKS,
         kernel_size: int = 3,
-        fc_mode: FCMode = "factorized",
-        gconv_mode: GConvMode = "full",
+        fc_mode: FCMode | str = FCMode.FACTORIZED,
+        gconv_mode: GConvMode | str = GConvMode.FULL,
         pool: GroupPooling | str = GroupPooling.MAX,
         head_multiplier: int = 4,
         norm: str = "none",

@@ -28,20 +28,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.choices import Downsampling
+from ella.choices import Downsampling, FCMode, GConvMode
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.downsample import downsample as downsample_by
 from ella.nn.padding import circular_pad
-
-FCMode = Literal["factorized", "dense"]
-GConvMode = Literal["full", "shared"]
 
 _module_calls = 0  # > 0 inside per_module_calls()
 
@@ -275,15 +271,13 @@ class GConvPath(Path):
         group: str | Group = "C4",
         kernel_size: int = 3,
         stride: int = 1,
-        mode: GConvMode = "full",
+        mode: GConvMode | str = GConvMode.FULL,
         downsample: Downsampling | str = Downsampling.POLYPHASE,
     ):
         super().__init__(in_channels, out_channels, image_size, group, stride, downsample)
-        if mode not in ("full", "shared"):
-            raise ValueError(f"GConvPath mode must be 'full' or 'shared', got {mode!r}")
+        self.mode = GConvMode.parse(mode, "GConvPath mode")
         k = _check_kernel(kernel_size)
-        self.mode = mode
-        fan_copies = self.group.order if mode == "full" else 1
+        fan_copies = self.group.order if self.mode == GConvMode.FULL else 1
         self.conv = _init_conv(
             nn.Conv2d(
                 fan_copies * in_channels, out_channels, k, padding=k // 2, padding_mode="circular"
@@ -299,7 +293,7 @@ class GConvPath(Path):
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The full mode's expanded filter: weight (G C_out, G C_in, k, k), with block
         ``[h, j]`` the filter block ``k`` for which ``j = k h``, and bias (G C_out)."""
-        if self.mode != "full":
+        if self.mode != GConvMode.FULL:
             raise ValueError("only a full GConvPath has a lifted filter; this one is shared")
         w = self.conv.weight  # (C_out, G C_in, k_h, k_w), blocks indexed by k
         g, c_out = self.group.order, self.out_channels
@@ -312,13 +306,13 @@ class GConvPath(Path):
         b, g, c, h, w = z.shape
         if fusable_paths([self]):  # full mode, outside per_module_calls
             return convolve_paths(z, [self], self._capture)
-        full = self.mode == "full"
+        full = self.mode == GConvMode.FULL
         z = _gathered_copies(z, self.gather) if full else z.reshape(b * g, c, h, w)
         out = self.conv(z).reshape(b, g, self.out_channels, h, w)
         return self._downsample(out)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, mode={self.mode}"
+        return f"{super().extra_repr()}, mode={self.mode.value}"
 
 
 def residual_basis(order: int) -> torch.Tensor:
@@ -472,13 +466,12 @@ class FCPath(Path):
         image_size: int | tuple[int, int],
         group: str | Group = "C4",
         stride: int = 1,
-        mode: FCMode = "factorized",
+        mode: FCMode | str = FCMode.FACTORIZED,
         rank: int = 1,
     ):
         super().__init__(in_channels, out_channels, image_size, group, stride)
-        if mode not in ("factorized", "dense"):
-            raise ValueError(f"FCPath mode must be 'factorized' or 'dense', got {mode!r}")
-        if rank < 1 or (rank > 1 and mode == "dense"):
+        mode = FCMode.parse(mode, "FCPath mode")
+        if rank < 1 or (rank > 1 and mode == FCMode.DENSE):
             raise ValueError(f"FCPath rank must be >= 1 (1 in dense mode), got {rank}")
         self.mode = mode
         self.rank = rank
@@ -488,7 +481,7 @@ class FCPath(Path):
         c_in, c_out = g * in_channels, g * out_channels
         s_in = self.in_size[0] * self.in_size[1]
         s_out = self.out_size[0] * self.out_size[1]
-        if mode == "dense":
+        if mode == FCMode.DENSE:
             self.linear = nn.Linear(c_in * s_in, c_out * s_out)
             nn.init.normal_(self.linear.weight, std=math.sqrt(2.0 / (c_in * s_in)))
             nn.init.zeros_(self.linear.bias)
@@ -506,7 +499,7 @@ class FCPath(Path):
 
     def output_parameters(self) -> list[nn.Parameter]:
         """Stage 2: every output channel's ``V`` and bias (dense mode: the whole map)."""
-        maps = [self.linear] if self.mode == "dense" else list(self.channel_maps)
+        maps = [self.linear] if self.mode == FCMode.DENSE else list(self.channel_maps)
         return [p for lin in maps for p in (lin.weight, lin.bias)]
 
     def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -522,7 +515,7 @@ class FCPath(Path):
         self.check_input(z)
         b, g, c, h, w = z.shape
         x = z.reshape(b, g * c, h * w)
-        if self.mode == "dense":
+        if self.mode == FCMode.DENSE:
             out = self.linear(x.reshape(b, -1))
         else:
             rows = x.transpose(0, 1)  # (C_i, B, S_in): channel-major, as bmm batches them
@@ -555,7 +548,7 @@ class FCPath(Path):
 
     def extra_repr(self) -> str:
         rank = f", rank={self.rank}" if self.rank != 1 else ""
-        return f"{super().extra_repr()}, mode={self.mode}{rank}"
+        return f"{super().extra_repr()}, mode={self.mode.value}{rank}"
 
 
 #: the paths whose convolutions :func:`convolve_paths` can run as one
@@ -573,7 +566,7 @@ def fusable_paths(paths: Iterable[Path]) -> list[FusedPath]:
         p
         for p in paths
         if isinstance(p, ConvPath | ResidualConvPath)
-        or (isinstance(p, GConvPath) and p.mode == "full")
+        or (isinstance(p, GConvPath) and p.mode == GConvMode.FULL)
     ]
     if not all(isinstance(p.conv, nn.Conv2d) for p in chosen):  # a path rebuilt by hand
         return []

@@ -8,14 +8,12 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from ella.choices import Downsampling, Normalisation, PathName
+from ella.choices import Downsampling, FCMode, GConvMode, Normalisation, PathName
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.paths import (
     ConvPath,
-    FCMode,
     FCPath,
-    GConvMode,
     GConvPath,
     ResidualConvPath,
     convolve_paths,
@@ -154,8 +152,8 @@ class RelaxedLayer(nn.Module):
         paths: Sequence[str] = PATH_NAMES,
         kernel_size: int = 3,
         stride: int = 1,
-        fc_mode: FCMode = "factorized",
-        gconv_mode: GConvMode = "full",
+        fc_mode: FCMode | str = FCMode.FACTORIZED,
+        gconv_mode: GConvMode | str = GConvMode.FULL,
         activation: bool = True,
         norm: Normalisation | str = "none",
         downsample: Downsampling | str = Downsampling.POLYPHASE,
