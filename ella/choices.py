@@ -83,9 +83,7 @@ class GConvRate(Choice):
     copy), a CONV weight one block. Adam moves every weight by about ``lr`` per step
     whatever its gradient, so the CONV path, with ``|G|`` times the weights, grows the
     equivariant part of a layer's filter as fast as the GCONV path, where SGD's summed
-    gradient moves a tied weight ``|G|`` times as fast. On the validation split of Table
-    3's five sets ``group_order`` was more accurate, with a lower NLL, on all five at
-    seed 0 and on four at seed 1 (``docs/research/0013-gconv-rate.md``).
+    gradient moves a tied weight ``|G|`` times as fast.
     ``auto``: ``group_order`` with Adam, ``same`` with SGD (the default of
     ``TrainConfig.gconv_lr``).
     """
@@ -272,8 +270,7 @@ class PriorMean(Choice):
     """Where the Gaussian prior of the weights is centred: ``zero`` (the ELLA reference), or
     ``init``, the network's initial weights, so that the scatter term and the MAP penalty
     price only what training added (``||theta - theta_0||^2``) and not the random
-    initialisation (after a few hundred steps the weights are still mostly their
-    initialisation: ``docs/research/0003-priors-read-the-initialisation.md``)."""
+    initialisation, which after a short run is still most of the weights)."""
 
     ZERO = "zero"
     INIT = "init"
@@ -341,7 +338,7 @@ class GGN(Choice):
     def for_backend(self, backend: str) -> GGN:
         """This GGN, with ``auto`` resolved for ``backend`` (``native``: stratified; a stock
         backend: mc)."""
-        if self is not GGN.AUTO:
+        if self != GGN.AUTO:
             return self
         return GGN.STRATIFIED if backend == "native" else GGN.MC
 

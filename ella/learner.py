@@ -37,6 +37,7 @@ from ella.choices import (
     GGN,
     Backend,
     HessianStructure,
+    Likelihood,
     PriorMean,
     PriorMode,
     PriorUpdate,
@@ -85,11 +86,10 @@ class EvidenceRounds:
     Adam's).
 
     Attributes:
-        subset_size: ``M``, the examples of one round, or ``None`` for all
-            (``docs/research/0024-stratified-ggn.md``).
+        subset_size: ``M``, the examples of one round, or ``None`` for all.
         control: ``none``, ``forward`` (a pass without gradients over all ``N`` examples
             at the round) or ``training`` (traces the caller recorded in its training
-            passes, passed to the round; ``docs/research/0025-subset-control-variate.md``).
+            passes, passed to the round).
         batch_size: batch size of the evidence fit (and of the forward pass).
         n_hypersteps: Adam steps on the log precisions per round (Adam's update only).
         seed: the seed of the rounds' subsets (with the epoch, as every stream of a run).
@@ -262,13 +262,13 @@ class PriorLearner:
         self.n_data = n_data
         self.prior = PriorStructure(model, structure)
         self.hessian = HessianStructure.parse(hessian, "Hessian structure")
-        if self.hessian is HessianStructure.KRON:
+        if self.hessian == HessianStructure.KRON:
             check_supported(model)  # before any training step, not at the first round
         self.backend = backend
         # auto resolved for the backend the evidence will use
         used = backend or Backend.default_for(self.hessian)
         ggn = GGN.parse(ggn, "GGN type")
-        if ggn is GGN.AUTO and likelihood == "regression":  # a Gaussian's GGN is one pass
+        if ggn == GGN.AUTO and likelihood == "regression":  # a Gaussian's GGN is one pass
             ggn = GGN.EXACT
         self.ggn = ggn.for_backend(used)
         self.likelihood = likelihood
@@ -283,14 +283,14 @@ class PriorLearner:
         #: the prior's mean of every trainable parameter (n_params,), or None (zero)
         self._params: list[nn.Parameter] | None = None  # _trainable()
         self.prior_mean: torch.Tensor | None = (
-            self._trainable_vector().detach().clone() if self.mean is PriorMean.INIT else None
+            self._trainable_vector().detach().clone() if self.mean == PriorMean.INIT else None
         )
         if self.update == PriorUpdate.AUTO:
             raise ConfigError(
                 "update='auto' is a configuration's choice; pass the rule it resolves to "
                 "(ScheduleConfig.prior_update_rule(): 'optimum' or 'adam')"
             )
-        if self.update == "optimum" and self.hessian != "kron":
+        if self.update == "optimum" and self.hessian != HessianStructure.KRON:
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
         if step != 1 and self.update != "optimum":
             raise ConfigError(
@@ -299,7 +299,7 @@ class PriorLearner:
             )
         self.step = float(step)
         self.response = WeightResponse.parse(response, "weight response")
-        if self.response is WeightResponse.LAPLACE and self.hessian != "kron":
+        if self.response == WeightResponse.LAPLACE and self.hessian != HessianStructure.KRON:
             raise ConfigError(
                 "the weights' Laplace response needs the Kronecker Hessian (hessian='kron'); "
                 "use response='none' with a diagonal or full Hessian"
@@ -483,7 +483,9 @@ class PriorLearner:
         after."""
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
-        optimum = self.evidence.optimal_log_prior() if self.hessian == "kron" else None
+        optimum = (
+            self.evidence.optimal_log_prior() if self.hessian == HessianStructure.KRON else None
+        )
         before = self.log_prior.detach().clone()
         if self.update == "optimum":
             with torch.no_grad():
@@ -496,7 +498,7 @@ class PriorLearner:
                 neg.backward()
                 self.optimizer.step()
         self.world.check_identical(self.log_prior.detach(), "prior precisions")
-        if self.response is WeightResponse.LAPLACE:
+        if self.response == WeightResponse.LAPLACE:
             laplace_response(
                 self.evidence,
                 self._trainable(),
@@ -566,7 +568,7 @@ class PriorLearner:
     ) -> torch.Tensor | None:
         """The indices of the round after ``epoch`` (:meth:`EvidenceRounds.subset`, balanced
         by ``labels`` or the labels read from ``data``); ``None``: every example."""
-        classification = self.likelihood == "classification"
+        classification = self.likelihood == Likelihood.CLASSIFICATION
         if labels is None and classification and self.rounds.draws_subset(len(data)):
             labels = dataset_labels(data)
         return self.rounds.subset(labels if classification else None, len(data), epoch)
@@ -590,7 +592,7 @@ class PriorLearner:
         index = self.round_subset(data, epoch, labels)
         ratio = 1.0
         if index is not None:
-            if self.hessian != "kron":
+            if self.hessian != HessianStructure.KRON:
                 raise ConfigError(
                     f"a round on {len(index)} of {len(data)} examples (the subset estimator) "
                     f"needs the Kronecker Hessian; with hessian={self.hessian} use "
@@ -607,9 +609,9 @@ class PriorLearner:
         """The control variate's factor (:attr:`rounds`' ``control``) on the curvature of
         the subset ``index`` of ``data`` (1: none; see :meth:`evidence_round`)."""
         control = self.rounds.control
-        if control is SubsetControl.NONE or self.likelihood != "classification":
+        if control == SubsetControl.NONE or self.likelihood != Likelihood.CLASSIFICATION:
             return 1.0
-        if control is SubsetControl.FORWARD:
+        if control == SubsetControl.FORWARD:
             traces = forward_traces(self.model, data, self.rounds.batch_size, self.world)
         elif traces is None:
             raise ConfigError(

@@ -48,7 +48,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from ella.choices import GGN, PriorMean
+from ella.choices import GGN, Likelihood, PriorMean
 from ella.distributed import ONE_PROCESS
 from ella.errors import ConfigError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
@@ -612,7 +612,7 @@ def check_fitted_selectable(result: FitResult, train_loader, epochs: int) -> lis
             "data set that ella.fit trained the result on: each candidate is trained on it "
             "and its evidence fitted on every example"
         )
-    if config.likelihood != "classification":
+    if config.likelihood != Likelihood.CLASSIFICATION:
         raise ConfigError(
             "ella.select compares classifiers with the class frequencies; a regression "
             f"(likelihood={config.likelihood.value!r}) has none to compare with"

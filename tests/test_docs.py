@@ -114,3 +114,18 @@ def test_the_development_pages_layout_is_the_packages():
     present |= {f"ella/{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()}
     unnamed = sorted(present - named)
     assert not unnamed, f"docs/development.md's layout does not name {unnamed}"
+
+
+#: where measurements live: the package names none of them
+RESULT_PLACES = ("docs/research", "experiments/results", "benchmarks/results")
+
+
+def test_the_package_does_not_quote_the_research_log():
+    """Code says what and why in a line; a default's evidence is its record, linked from the
+    training guide's defaults table, not from the code."""
+    quoting = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "ella").rglob("*.py")
+        if any(f"{place}/" in path.read_text() for place in RESULT_PLACES)
+    )
+    assert not quoting, f"these modules cite records or results files: {quoting}"

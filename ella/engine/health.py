@@ -2,10 +2,9 @@
 
 A run can end far below the accuracy it once had without any error: with the learned
 priors a long run can collapse when the precisions of instance-normalised paths run
-away (``docs/research/0012-precisions-run-away.md``: rotated MNIST, 80 epochs,
-99.4% train accuracy at epoch 56, 15.4% at epoch 63, 47.4% at the end; the best
-evidence of that run came after the collapse, so ``--report-state best_evidence``
-does not avoid it), and a MAP run at too large a learning rate can do the same. The
+away (and its best evidence can come after the collapse, so ``--report-state
+best_evidence`` does not avoid it), and a MAP run at too large a learning rate can do
+the same. The
 final report then states it, so that the test accuracy it prints is not read as the
 model's capacity.
 """

@@ -55,13 +55,13 @@ class OptimizerConfig(Config):
     def check(self) -> None:
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
-        if self.lr_scaling in ("fan_in", "fan_in_fc") and self.optimizer != "adam":
+        if self.lr_scaling in ("fan_in", "fan_in_fc") and self.optimizer != Optimizer.ADAM:
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
                 f"about lr); with --optimizer {self.optimizer} use --lr-scaling none or auto"
             )
 
-        if self.gconv_lr == GConvRate.GROUP_ORDER and self.optimizer != "adam":
+        if self.gconv_lr == GConvRate.GROUP_ORDER and self.optimizer != Optimizer.ADAM:
             raise ConfigError(
                 f"--gconv-lr group_order corrects Adam's step for the GCONV weights' sharing "
                 f"(SGD's gradient already sums it); with --optimizer {self.optimizer} use "
@@ -93,9 +93,9 @@ class ScheduleConfig(OptimizerConfig):
     prior_precision: float = option(0.01, greater_than=0)
     prior_mean: PriorMean = PriorMean.ZERO
     n_epochs_burnin: int = option(4, minimum=0)
-    # priors that converge within the run (docs/research/0009-a-converging-schedule.md):
-    # a round every marglik_frequency epochs after the burn-in, each DEFAULT_PRIOR_STEP of
-    # the way to its optimum; adam where the optimum does not apply
+    # priors that converge within the run: a round every marglik_frequency epochs after the
+    # burn-in, each DEFAULT_PRIOR_STEP of the way to its optimum; adam where the optimum
+    # does not apply
     marglik_frequency: int = option(2, minimum=1)
     prior_update: PriorUpdate = PriorUpdate.AUTO
     # None: DEFAULT_PRIOR_STEP, or 1 with --prior-update adam (which does not use it)
@@ -107,12 +107,11 @@ class ScheduleConfig(OptimizerConfig):
     # stratified with the native backend (exact for regression), see marglik_subset_size
     ggn: GGN = GGN.AUTO
     marglik_batch_size: int = option(500, minimum=1)
-    # 500 examples per round with the stratified GGN: half the noise of each round's
-    # optimum of 1000 with the MC GGN, at the same cost (docs/research/0024-stratified-ggn.md)
+    # 500 examples per round with the stratified GGN
     marglik_subset_size: int | None = option(500, minimum=1)
     # the subset's curvature scaled by the traces of all N examples against the subset's:
-    # a ratio estimator that removes most of the rounds' common noise
-    # (docs/research/0025-subset-control-variate.md); forward: a pass at each round
+    # a ratio estimator that removes most of the rounds' common noise; forward: a pass at
+    # each round
     subset_control: SubsetControl = SubsetControl.FORWARD
     # the weights after a round: left to the training steps, or moved to the new prior's
     # MAP as the round's GGN predicts (an option until it wins on the validation splits)
@@ -126,7 +125,10 @@ class ScheduleConfig(OptimizerConfig):
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else self.DEFAULT_PRIOR_STEP
             object.__setattr__(self, "prior_step", step)
-        if self.prior_update_rule() == PriorUpdate.OPTIMUM and self.hessian != "kron":
+        if (
+            self.prior_update_rule() == PriorUpdate.OPTIMUM
+            and self.hessian != HessianStructure.KRON
+        ):
             raise ConfigError(
                 f"--prior-update {self.prior_update} (the round's optimum) needs --hessian "
                 "kron; with another Hessian use --prior-update adam"
@@ -136,17 +138,17 @@ class ScheduleConfig(OptimizerConfig):
                 f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
                 "are set by --lr-hyp and --n-hypersteps)"
             )
-        if self.weight_response == WeightResponse.LAPLACE and self.hessian != "kron":
+        if self.weight_response == WeightResponse.LAPLACE and self.hessian != HessianStructure.KRON:
             raise ConfigError(
                 "--weight-response laplace needs --hessian kron (it moves the weights in "
                 "each tensor's Kronecker eigenbasis); use --weight-response none"
             )
-        if self.ggn == GGN.STRATIFIED and self.backend != "native":
+        if self.ggn == GGN.STRATIFIED and self.backend != Backend.NATIVE:
             raise ConfigError(
                 f"--ggn stratified is the native backend's estimator; drop --backend "
                 f"{self.backend}, or use --ggn mc or exact with it"
             )
-        if self.backend == "native" and self.hessian != "kron":
+        if self.backend == Backend.NATIVE and self.hessian != HessianStructure.KRON:
             raise ConfigError(
                 f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
                 "(the native backend gives Kronecker factors only)"
@@ -156,7 +158,9 @@ class ScheduleConfig(OptimizerConfig):
         """The update in force: ``prior_update``, with ``auto`` resolved (``optimum`` with
         the Kronecker Hessian, which its closed form needs; ``adam`` otherwise)."""
         if self.prior_update == PriorUpdate.AUTO:
-            return PriorUpdate.OPTIMUM if self.hessian == "kron" else PriorUpdate.ADAM
+            return (
+                PriorUpdate.OPTIMUM if self.hessian == HessianStructure.KRON else PriorUpdate.ADAM
+            )
         return PriorUpdate.parse(self.prior_update, "prior_update")
 
     def steps_priors_by_adam(self) -> bool:
@@ -275,7 +279,7 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
         {"params": group, "lr": config.lr * scale, "lr_scale": scale}
         for scale, group in scaled.items()
     ]
-    if config.optimizer == "sgd":
+    if config.optimizer == Optimizer.SGD:
         return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, foreach=True)
     return torch.optim.Adam(groups, lr=config.lr, foreach=True)
 
@@ -293,8 +297,7 @@ OPTIMIZER_HELP: dict[str, str] = {
     "FC paths' tensors, every other tensor at --lr) or auto (fan_in with adam, none with sgd)",
     "gconv_lr": "same (the GCONV paths' tensors at the rate of --lr-scaling), group_order "
     "(adam only: |G| times it, since a GCONV weight serves every group copy where a CONV "
-    "weight serves one; validated better on all five of Table 3's sets at seed 0, four at "
-    "seed 1: docs/research/0013-gconv-rate.md) or auto (group_order with adam, same with sgd)",
+    "weight serves one) or auto (group_order with adam, same with sgd)",
     "seed": "random seed (initialisation and data order)",
     "progress": "show progress bars (may change on --resume)",
 }

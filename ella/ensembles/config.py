@@ -110,7 +110,7 @@ class EnsembleConfig(OptimizerConfig):
         check_device_name(self.device)
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv")
-        if self.method != "de" and self.members < 2:
+        if self.method != EnsembleMethod.DE and self.members < 2:
             raise ConfigError(f"method {self.method} repels members and needs members >= 2")
         for name in ("augment_group", "osp_group"):
             if getattr(self, name) is not None:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ella.choices import EnsembleMethod, GroupAugmentation
+from ella.choices import EnsembleMethod, GroupAugmentation, Lengthscales
 from ella.data import ImageData, load_dataset
 from ella.data.datasets import standardisation
 from ella.data.transforms import act_per_sample
@@ -181,9 +181,9 @@ class EnsembleTrainer(EpochRun):
 
     def _lengthscale_metric(self) -> LengthscaleMetric | None:
         cfg = self.config
-        if cfg.method != "forde" or cfg.lengthscales == "identity":
+        if cfg.method != EnsembleMethod.FORDE or cfg.lengthscales == Lengthscales.IDENTITY:
             return None
-        alpha = 1.0 if cfg.lengthscales == "pca" else cfg.alpha
+        alpha = 1.0 if cfg.lengthscales == Lengthscales.PCA else cfg.alpha
         return LengthscaleMetric.from_data(self.data.train.tensors[0], alpha=alpha).to(self.device)
 
     # ------------------------------------------------------------------ data
@@ -239,8 +239,12 @@ class EnsembleTrainer(EpochRun):
             theta = self.ensemble.flat_parameters()
             terms["prior"] = 0.5 * cfg.weight_decay * theta.square().sum()
         if phi is not None:
-            if sharded and cfg.method != "weight_rde":  # features per image: gather them
-                force = self._global_force(phi, n_global, per_image=cfg.method == "forde")
+            if (
+                sharded and cfg.method != EnsembleMethod.WEIGHT_RDE
+            ):  # features per image: gather them
+                force = self._global_force(
+                    phi, n_global, per_image=cfg.method == EnsembleMethod.FORDE
+                )
                 terms["repulsion"] = self.repulsion_scale * (phi * force).sum() * world.size
             else:  # one process, or the weights (the same on every process)
                 terms["repulsion"] = self.repulsion_scale * (phi * repulsion_force(phi)).sum()

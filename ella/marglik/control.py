@@ -7,8 +7,7 @@ GGN) 95% of the variance of a round's optimal log precisions is one shift shared
 prior group, and that shift follows how hard the drawn images are. The trace of the softmax
 likelihood's output Hessian, ``t_n = tr(diag(p_n) - p_n p_n^T) = 1 - sum_c p_nc^2``, is
 cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all
-images' correlates with the shift at 0.97
-(``docs/research/0025-subset-control-variate.md``).
+images' follows the shift closely.
 
 The ratio estimator of survey sampling (Cochran, *Sampling Techniques*, 3rd ed., 1977,
 ch. 6) uses a known total of an auxiliary variable: the GGN of the subset times

@@ -159,9 +159,9 @@ def hessian_bytes(model: nn.Module, structure: HessianStructure | str) -> int:
         return 0
     size = params[0].element_size()
     p = sum(t.numel() for t in params)
-    if structure is HessianStructure.FULL:
+    if structure == HessianStructure.FULL:
         return 2 * p * p * size
-    if structure is HessianStructure.DIAG:
+    if structure == HessianStructure.DIAG:
         return 2 * p * size
     entries = 0
     for m in model.modules():
@@ -506,25 +506,25 @@ class LaplaceEvidence:
         if backend is None:
             backend = Backend.default_for(self.structure)
         self.backend = Backend.parse(backend, "curvature backend")
-        if self.backend is Backend.NATIVE and self.structure is not HessianStructure.KRON:
+        if self.backend == Backend.NATIVE and self.structure != HessianStructure.KRON:
             raise ConfigError(
                 "the native backend gives Kronecker factors only; use --backend asdl or "
                 "curvlinops for a full or diagonal Hessian"
             )
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type").for_backend(self.backend)
-        if self.ggn is GGN.STRATIFIED and self.backend is not Backend.NATIVE:
+        if self.ggn == GGN.STRATIFIED and self.backend != Backend.NATIVE:
             raise ConfigError(
                 f"--ggn stratified is the native backend's estimator; use --backend native, "
                 f"or --ggn mc or exact with --backend {self.backend}"
             )
-        if self.ggn is GGN.STRATIFIED and likelihood != "classification":
+        if self.ggn == GGN.STRATIFIED and likelihood != "classification":
             raise ConfigError(
                 "--ggn stratified samples class labels (classification); use exact or mc "
                 "for regression"
             )
         self._terms: KronEvidenceTerms | None = None
-        if self.structure is HessianStructure.KRON:
+        if self.structure == HessianStructure.KRON:
             check_supported(model)
         check_memory(model, self.structure)
         self._la = None
@@ -589,7 +589,7 @@ class LaplaceEvidence:
             )
         _check_finite_weights(self.model)
         summed = world is not None and world.distributed
-        if summed and self.structure is not HessianStructure.KRON:
+        if summed and self.structure != HessianStructure.KRON:
             raise ConfigError("a data-parallel evidence fit needs the Kronecker Hessian (kron)")
         cls = _LAPLACE[self.structure]
         la = cls(
@@ -606,7 +606,7 @@ class LaplaceEvidence:
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
                 batches = _FiniteBatches(loader, progress)
-                if self.structure is not HessianStructure.KRON:
+                if self.structure != HessianStructure.KRON:
                     la.fit(batches, progress_bar=False)
                 else:  # decomposed once, eigenvectors deferred (LazyKronDecomposed)
                     fit_undecomposed(la, batches, progress=False)
@@ -615,7 +615,7 @@ class LaplaceEvidence:
                     else:
                         decompose(la)
         self._check_finite_curvature(la)
-        if self.structure is HessianStructure.KRON:
+        if self.structure == HessianStructure.KRON:
             blocks = len(kron_factors(la))
             if blocks != self.prior.n_tensors:
                 raise UnsupportedModuleError(
@@ -627,29 +627,29 @@ class LaplaceEvidence:
             self._scale_to(la, n_data, curvature_ratio)
         self._la = la
         self._terms = (
-            KronEvidenceTerms.from_laplace(la) if self.structure is HessianStructure.KRON else None
+            KronEvidenceTerms.from_laplace(la) if self.structure == HessianStructure.KRON else None
         )
 
     def _backend_options(self) -> dict[str, bool]:
         """The curvature backend's keyword arguments for :attr:`ggn`."""
-        options = {"stochastic": self.ggn is GGN.MC}
-        if self.ggn is GGN.STRATIFIED:  # the native backend's only (checked in __init__)
+        options = {"stochastic": self.ggn == GGN.MC}
+        if self.ggn == GGN.STRATIFIED:  # the native backend's only (checked in __init__)
             options["stratified"] = True
         return options
 
     def _scale_to(self, la, n_data: int, curvature_ratio: float) -> None:
         """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
-        if self.structure is not HessianStructure.KRON:
+        if self.structure != HessianStructure.KRON:
             raise ConfigError("subset evidence (n_data) needs structure='kron'")
         with dependency_may_not_exit("the Laplace fit"):
             scale_to_n_data(la, n_data, curvature_ratio)
 
     def _layout(self):
         """The stock backends hook module calls: run FC paths one module per channel."""
-        return nullcontext() if self.backend is Backend.NATIVE else per_module_calls()
+        return nullcontext() if self.backend == Backend.NATIVE else per_module_calls()
 
     def _check_finite_curvature(self, la) -> None:
-        if self.structure is HessianStructure.KRON:
+        if self.structure == HessianStructure.KRON:
             factors = [f for block in kron_factors(la) for f in block]
         else:
             factors = [dense_hessian(la)]
@@ -704,14 +704,14 @@ class LaplaceEvidence:
         la = self.laplace
         factor = hessian_scale(la)
         out = []
-        if self.structure is HessianStructure.KRON:
+        if self.structure == HessianStructure.KRON:
             for eigs in kron_eigenvalues(la):
                 lam = eigs[0] if len(eigs) == 1 else torch.outer(eigs[0], eigs[1]).flatten()
                 out.append(lam.clamp_min(0) * factor)
             return out
         start = 0
         for n in self.prior.numels:
-            if self.structure is HessianStructure.FULL:
+            if self.structure == HessianStructure.FULL:
                 block = dense_hessian(la)[start : start + n, start : start + n]
                 lam = torch.linalg.eigvalsh(block)
             else:

@@ -43,7 +43,7 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
-from ella.choices import FCMode, GConvMode
+from ella.choices import FCMode, GConvMode, Likelihood
 from ella.errors import EvidenceError
 from ella.groups import Group
 from ella.marglik.laplace_internals import mark_permuted, own_copies
@@ -572,8 +572,7 @@ def stratified_root(
     The Hessian is ``sum_c p_c (e_c - p)(e_c - p)^T``. The MC GGN samples one class
     ``c ~ p`` and keeps ``(e_c - p)(e_c - p)^T``; on a confident prediction it almost
     always draws the predicted class, whose column is small, and rarely another, whose
-    column is large, so its estimate is heavy-tailed
-    (``docs/research/0024-stratified-ggn.md``). This estimator splits the sum into two
+    column is large, so its estimate is heavy-tailed. This estimator splits the sum into two
     strata (stratified sampling): the most probable class ``c*`` exactly,
     ``sqrt(p_c*) (e_c* - p)``, and one class ``c'`` drawn from the others with probability
     ``p_c' / (1 - p_c*)``, weighted by ``sqrt(1 - p_c*)``. Its expectation is the Hessian
@@ -655,7 +654,7 @@ class NativeGGN(CurvatureInterface):
                 "the network's outputs are not finite at these weights, so the GGN cannot be "
                 "computed. Training probably diverged: try a smaller --lr"
             )
-        if self.likelihood == "regression":
+        if self.likelihood == Likelihood.REGRESSION:
             if self.stochastic:
                 f = f.detach()
                 return (torch.distributions.Normal(f, 1.0).sample() - f)[None]
@@ -759,7 +758,7 @@ class NativeGGN(CurvatureInterface):
         kfacs = []
         for block, a, b in zip(self.blocks, a_total, b_total, strict=True):
             kfacs += block.assemble(a, b, N)
-        target = y if self.likelihood == "regression" else y.view(-1)
+        target = y if self.likelihood == Likelihood.REGRESSION else y.view(-1)
         loss = self.lossfunc(torch.cat(outputs), target)
         return self.factor * loss, Kron(kfacs)
 

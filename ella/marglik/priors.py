@@ -60,9 +60,9 @@ class PriorStructure:
         if not self.param_names:
             raise ValueError("the model has no trainable parameters")
         self.numels = [p.numel() for p in model.parameters() if p.requires_grad]
-        if self.mode is PriorMode.SCALAR:
+        if self.mode == PriorMode.SCALAR:
             groups = ["all"] * len(self.param_names)
-        elif self.mode is PriorMode.TENSOR:
+        elif self.mode == PriorMode.TENSOR:
             groups = list(self.param_names)
         else:
             layers = _relaxed_layers(model)

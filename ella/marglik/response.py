@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ella.choices import HessianStructure
 from ella.marglik.evidence import LaplaceEvidence
 from ella.marglik.laplace_internals import hessian_scale, parameter_dtype
 
@@ -53,7 +54,7 @@ def laplace_response(
         mean: the prior's mean of every parameter, flattened in order (n_params,);
             ``None``: zero.
     """
-    if evidence.structure != "kron":
+    if evidence.structure != HessianStructure.KRON:
         raise ValueError("the Laplace response needs the Kronecker Hessian (hessian='kron')")
     la = evidence.laplace
     if len(parameters) != len(old) or len(parameters) != len(la.H.eigenvalues):

@@ -190,9 +190,8 @@ class Mixer(nn.Module):
         weight ``W / s``, bias ``b - (W / s) mu``. A data-dependent
         initialisation (Kraehenbuehl et al., ICLR 2016). Why: the group pool and
         the global average leave features that differ little between images at
-        initialisation (their spread between images is 5-20% of their mean), so
-        the logits hardly depend on the image and the first steps do not learn
-        (measured in ``experiments/results/trainability.md``). The network stays
+        initialisation, so the logits hardly depend on the image and the first
+        steps do not learn. The network stays
         a per-image function with the same symmetry: the head sees the same
         features, rescaled.
 

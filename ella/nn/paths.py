@@ -157,8 +157,7 @@ class Path(nn.Module):
         """Zero :meth:`output_parameters`, so that the path adds nothing until training
         grows it; its other parameters keep their random start, so the last stage gets
         a gradient at once. A layer whose symmetry-breaking paths start at zero begins as
-        the symmetric network and breaks the symmetry where the data pulls
-        (``docs/research/0011-fc-path-starts-at-zero.md``)."""
+        the symmetric network and breaks the symmetry where the data pulls."""
         for param in self.output_parameters():
             param.zero_()
 
@@ -440,9 +439,7 @@ class FCPath(Path):
     ``C_i C_o S_in S_out``. Each output channel is a combination of ``R C_i``
     fixed images, one per projection ``t[o, i, r]`` of the input: with one input
     channel (the trivial group's first layer) and ``R = 1`` the whole image
-    reaches output channel ``o`` as one number; ``rank`` widens that bottleneck
-    (which did not make FC-only networks on the trivial group learn better:
-    ``docs/research/0006-fc-rank-and-table1.md``).
+    reaches output channel ``o`` as one number; ``rank`` widens that bottleneck.
 
     Using one linear map per channel (rather than a single ``nn.Linear`` on
     block-diagonal inputs, as the reference code does) gives KFAC blocks of size

@@ -90,10 +90,8 @@ class RelaxedLayer(nn.Module):
     ``out = relu(sum_p path_p(z) / sqrt(P))`` for the ``P`` chosen paths ``p``
     (van der Ouderaa et al., NeurIPS 2023, who average the paths). Scaling by
     ``1/sqrt(P)`` instead of ``1/P`` keeps the output variance of independent,
-    variance-preserving paths: with a plain mean of three paths the signal of
-    the 8-layer mixer shrinks by about 2x per layer at initialisation (measured:
-    std 0.19 after layer 1, 0.005 after layer 8) and SGD does not start
-    learning within a CPU budget. Each path's parameters are kept
+    variance-preserving paths, where a plain mean of three paths shrinks a deep
+    mixer's signal at every layer. Each path's parameters are kept
     apart (``layer.paths["gconv"]`` ...), so a prior can be attached per
     layer and path: shrinking a path's prior variance to zero switches it off
     and leaves the symmetry of the remaining paths. The CONV and full GCONV
@@ -113,24 +111,23 @@ class RelaxedLayer(nn.Module):
         kernel_size: odd kernel size of the CONV and GCONV paths.
         stride: 1, or 2: the CONV and GCONV paths compute at full resolution and halve
             their output by ``downsample``; the FC path maps to the smaller grid.
-        fc_mode: ``"factorized"`` or ``"dense"`` (see :class:`~ella.nn.FCPath`).
+        fc_mode: :class:`~ella.choices.FCMode`, ``"factorized"`` or ``"dense"`` (see
+            :class:`~ella.nn.FCPath`).
         fc_rank: projections per pair of channels of a factorised FC path
             (:class:`~ella.nn.FCPath`'s ``rank``).
-        gconv_mode: ``"full"`` or ``"shared"`` (see :class:`~ella.nn.GConvPath`).
+        gconv_mode: :class:`~ella.choices.GConvMode`, ``"full"`` or ``"shared"`` (see
+            :class:`~ella.nn.GConvPath`).
         activation: apply a ReLU after averaging the paths.
         norm: ``"none"``, or ``"instance"``: before the ReLU, normalise each example's
             channel over (group copies, H, W) to mean 0 and variance 1 (no
             parameters). It commutes with the group's action, so it keeps every
             path's symmetry, and it treats each example on its own, so the
-            Kronecker-factored evidence applies unchanged. At a fixed Adam budget
-            it raises the accuracy of CONV- and GCONV-only mixers
-            (``experiments/results/trainability.md``). It also makes the layer's
+            Kronecker-factored evidence applies unchanged. It also makes the layer's
             function invariant to a common scale ``c`` of its CONV and GCONV
             weights and biases, and the log evidence invariant to that scale
             together with the precisions' ``1/c^2``: the evidence does not fix the
             scale of the layer's priors, and in long runs the precisions grow
-            without bound while the weights shrink
-            (``docs/research/0012-precisions-run-away.md``).
+            without bound while the weights shrink.
         downsample: ``"polyphase"`` (exactly shift and group equivariant) or ``"max"``
             (2x2 max; exactly group equivariant, locally shift invariant); see
             :class:`~ella.choices.Downsampling`.
@@ -192,7 +189,7 @@ class RelaxedLayer(nn.Module):
         self._capture: dict[str, torch.Tensor] | None = None
         self.norm = Normalisation.parse(norm, "norm")
         positions = self.group.order * self.out_size[0] * self.out_size[1]
-        if self.norm == "instance" and positions < 2:
+        if self.norm == Normalisation.INSTANCE and positions < 2:
             raise ValueError(
                 f"instance normalisation needs more than one value per channel, but this "
                 f"layer's output has {self.group.order} group copy and "
@@ -226,7 +223,7 @@ class RelaxedLayer(nn.Module):
         for part in parts[1:]:
             out = out + part
         out = out / math.sqrt(len(self.paths))
-        if self.norm == "instance":
+        if self.norm == Normalisation.INSTANCE:
             out = instance_normalise(out)
         return torch.relu(out) if self.activation else out
 

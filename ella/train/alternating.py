@@ -250,7 +250,7 @@ class AlternatingRun(EpochRun):
         subset of a classification set with the ``training`` control variate."""
         rounds = self.priors.rounds
         return (
-            rounds.control is SubsetControl.TRAINING
+            rounds.control == SubsetControl.TRAINING
             and self.learning()
             and self.likelihood == Likelihood.CLASSIFICATION
             and rounds.draws_subset(len(self.train_data))
@@ -263,8 +263,7 @@ class AlternatingRun(EpochRun):
     def add_traces(self, trace: torch.Tensor) -> None:
         """Average an epoch's traces (every example in one process's part of one batch,
         summed over the processes) into :attr:`output_trace`: two epochs' passes see two
-        augmentations, and their mean follows the curvature better than one
-        (docs/research/0025-subset-control-variate.md)."""
+        augmentations, and their mean follows the curvature better than one."""
         trace = self.world.sum_(trace.to(self.device)).cpu()
         old = self.output_trace
         if old is None:
@@ -320,7 +319,7 @@ class AlternatingRun(EpochRun):
         if gap is not None:
             row["prior_gap"] = gap
         partial = rounds.draws_subset(len(self.train_data))
-        if partial and rounds.control is not SubsetControl.NONE:
+        if partial and rounds.control != SubsetControl.NONE:
             row["curvature_ratio"] = self.priors.last_curvature_ratio
         shares = self.round_shares()
         if shares:

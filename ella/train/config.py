@@ -14,6 +14,7 @@ from ella.choices import (
     Generator,
     GroupPooling,
     HeadInit,
+    HessianStructure,
     InvarianceMethod,
     LayerGroup,
     LRScaling,
@@ -21,6 +22,7 @@ from ella.choices import (
     Normalisation,
     PathName,
     Precision,
+    PriorMean,
     PriorUpdate,
     ReportedState,
     SubsetControl,
@@ -44,53 +46,22 @@ INVARIANCE_METHODS = InvarianceMethod.values()
 
 @dataclass
 class TrainConfig(ScheduleConfig):
-    """Everything that defines a training run.
+    """Everything that defines a training run of ``ella train``.
 
     MAP training and learned-prior (ELLA) training are the same loop; with
-    ``learn_priors=False`` the evidence is never fitted and the prior
-    precisions stay at ``prior_precision``.
+    ``learn_priors=False`` the evidence is never fitted and the prior precisions stay at
+    ``prior_precision``. Learned input invariance (``invariance="learned"``) wraps the
+    network in an :class:`~ella.invariance.InvariantClassifier` and learns the extents
+    ``eta`` of the affine generators by the Laplace evidence in the same rounds, jointly
+    with the priors when ``learn_priors`` is on.
 
-    The defaults are the mixer's recipe, chosen on validation splits (the records under
-    ``docs/research/``), so that the default run trains on the embedded MNIST subset on a
-    CPU. :class:`~ella.engine.schedule.ScheduleConfig`, which :func:`ella.fit` uses, has
-    the same evidence rounds and keeps, for models it knows nothing about, a lower ``lr``,
-    one rate for every tensor and fewer epochs. Where this class differs from the
-    reference, and why:
-
-    * the weights use Adam: SGD at the reference's rate barely learned within the short
-      budget; at ``lr``, with the rate per fan-in (``lr_scaling``,
-      ``docs/research/0008-adam-rate-per-fan-in.md``) and the GCONV paths at ``|G|``
-      times it (``gconv_lr``, ``docs/research/0013-gconv-rate.md``);
-    * the initial ``prior_precision`` is small: with Adam, the prior's pull
-      ``delta theta / N`` on weights that the data barely move is normalised to a step
-      of size ``lr``, which erases the small-initialised FC weights before they learn.
-      The learned precisions move away from it after burn-in;
-    * the network: instance normalisation (``norm``) and ``lr``
-      (``docs/research/0002-recipe-on-a-validation-split.md``), 2x2 max downsampling
-      (``downsample``) and shifts of up to ``augment_shift`` pixels (``augment``) over
-      ``epochs`` epochs (``docs/research/0004-max-downsampling-and-shifts.md``), the FC
-      path starting at zero (``zero_init``,
-      ``docs/research/0011-fc-path-starts-at-zero.md``) and the head standardised on
-      the data (``head_init``, ``docs/research/0002-recipe-on-a-validation-split.md``);
-    * the evidence rounds: every ``marglik_frequency`` epochs after ``n_epochs_burnin``,
-      each on a fresh class-balanced subset of ``marglik_subset_size`` training images
-      with the stratified GGN (``ggn``, ``docs/research/0024-stratified-ggn.md``) and the
-      training passes' control variate (``subset_control``,
-      ``docs/research/0025-subset-control-variate.md``), and each moving the log
-      precisions ``prior_step`` (default :attr:`DEFAULT_PRIOR_STEP`) of the way to the
-      round's closed-form optimum (``prior_update``,
-      ``docs/research/0009-a-converging-schedule.md``);
-    * the reported state is the final one (``report_state``,
-      ``docs/research/0005-report-the-final-state.md``).
-
-    The reference's optimiser and schedule are ``--optimizer sgd --lr 0.1
-    --prior-precision 1 --n-epochs-burnin 10 --marglik-frequency 5 --batch-size 500
-    --prior-update adam``.
-
-    Learned input invariance (``invariance="learned"``) wraps the network in an
-    :class:`~ella.invariance.InvariantClassifier` and learns the extents
-    ``eta`` of the affine generators by the Laplace evidence in the same
-    evidence steps, jointly with the priors when ``learn_priors`` is on.
+    The defaults are the mixer's recipe, chosen on validation splits so that the default
+    run trains on the embedded MNIST subset on a CPU; the options it sets otherwise than
+    :class:`~ella.engine.schedule.ScheduleConfig` (:func:`ella.fit`'s) are declared here.
+    Why each default is what it is, with its record: the training guide's defaults table,
+    which a test holds to this class. The reference's optimiser and schedule are
+    ``--optimizer sgd --lr 0.1 --prior-precision 1 --n-epochs-burnin 10
+    --marglik-frequency 5 --batch-size 500 --prior-update adam``.
 
     Every option is checked when the configuration is built (choices, ranges,
     finiteness; :class:`~ella.config.Config`); ``data_dir``, ``device`` and
@@ -114,9 +85,7 @@ class TrainConfig(ScheduleConfig):
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
     fc_rank: int = option(1, minimum=1)
-    # the FC path starts at zero: validated better on MNIST, translated and rotated MNIST
-    # and worse on the CIFAR-10 sets, +1.9 points on average over Table 3's five
-    # (docs/research/0011-fc-path-starts-at-zero.md)
+    # the FC path starts at zero: the network starts as its convolutions
     zero_init: tuple[PathName, ...] = option((PathName.FC,), nargs="*")
     norm: Normalisation = Normalisation.INSTANCE
     downsample: Downsampling = Downsampling.MAX
@@ -137,19 +106,13 @@ class TrainConfig(ScheduleConfig):
     # the evidence rounds (marglik_subset_size, ...: ScheduleConfig), the subset's curvature
     # scaled by the traces of the training passes, free (the forward control costs a pass)
     subset_control: SubsetControl = SubsetControl.TRAINING
-    # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig), chosen
-    # on validation splits: docs/research/0002-recipe-on-a-validation-split.md (lr) and
-    # docs/research/0004-max-downsampling-and-shifts.md (epochs)
+    # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig)
     epochs: int = option(20, minimum=1)
     lr: float = option(3e-3, greater_than=0)
-    # validated better on MNIST, translated and rotated MNIST
-    # (docs/research/0008-adam-rate-per-fan-in.md): fan_in with Adam
+    # fan_in with Adam, none with SGD
     lr_scaling: LRScaling = LRScaling.AUTO
-    # validated better on Table 3's five sets (docs/research/0013-gconv-rate.md):
-    # group_order with Adam
+    # group_order with Adam, same with SGD
     gconv_lr: GConvRate = GConvRate.AUTO
-    # the final state validated better than the best-evidence one in all six runs of
-    # docs/research/0005-report-the-final-state.md
     report_state: ReportedState = ReportedState.FINAL
     # after training: greedy selection of the paths by the evidence (ella.selection)
     select_paths: bool = option(False, defines_run=False)
@@ -162,7 +125,7 @@ class TrainConfig(ScheduleConfig):
     def prior_update_rule(self) -> PriorUpdate:
         """``auto`` resolved: ``adam`` when the input invariance is learned as well (the
         closed-form optimum covers the network's priors only), else as for any schedule."""
-        if self.prior_update == PriorUpdate.AUTO and self.invariance == "learned":
+        if self.prior_update == PriorUpdate.AUTO and self.invariance == InvarianceMethod.LEARNED:
             return PriorUpdate.ADAM
         return super().prior_update_rule()
 
@@ -202,7 +165,7 @@ class TrainConfig(ScheduleConfig):
             )
         if not self.generators:
             raise ConfigError("generators must name at least one generator")
-        if self.invariance != "none" and self.augment != "none":
+        if self.invariance != InvarianceMethod.NONE and self.augment != Augmentation.NONE:
             raise ConfigError(
                 f"--invariance {self.invariance} learns or fixes the invariance that "
                 f"--augment {self.augment} would impose by training-time augmentation "
@@ -210,18 +173,18 @@ class TrainConfig(ScheduleConfig):
             )
         subset = self.marglik_subset_size
         partial = subset is not None and (self.train_size is None or subset < self.train_size)
-        if self.hessian != "kron" and partial:
+        if self.hessian != HessianStructure.KRON and partial:
             raise ConfigError(
                 f"--marglik-subset-size {subset} (the evidence on a subset) needs --hessian "
                 f"kron; with --hessian {self.hessian} give a subset size at least "
                 "--train-size, which uses every training image"
             )
-        if self.invariance == "learned" and self.prior_update == PriorUpdate.OPTIMUM:
+        if self.invariance == InvarianceMethod.LEARNED and self.prior_update == PriorUpdate.OPTIMUM:
             raise ConfigError(
                 "--prior-update optimum is for the network's priors alone; learned "
                 "invariance moves eta and the priors together with --prior-update adam"
             )
-        if self.invariance == "learned" and self.hessian != "kron":
+        if self.invariance == InvarianceMethod.LEARNED and self.hessian != HessianStructure.KRON:
             raise ConfigError("learned invariance needs --hessian kron")
         if self.select_paths:
             self._check_selectable()
@@ -230,18 +193,18 @@ class TrainConfig(ScheduleConfig):
         """What ``--select-paths`` needs (:func:`ella.selection.check_selectable` for a run)."""
         if not self.learn_priors:
             raise ConfigError("--select-paths needs learned priors; drop --no-learn-priors")
-        if self.prior_mean != "zero":
+        if self.prior_mean != PriorMean.ZERO:
             raise ConfigError(
                 "--select-paths sets a path's weights to zero, and --prior-mean init centres "
                 "the prior at the initial weights: use --prior-mean zero"
             )
-        if self.model != "mixer" or len(self.paths) < 2:
+        if self.model != ModelName.MIXER or len(self.paths) < 2:
             raise ConfigError(
                 "--select-paths chooses among the paths of the mixer's layers: give --model "
                 f"mixer and two or more --paths (got --model {self.model} --paths "
                 f"{' '.join(self.paths)})"
             )
-        if self.invariance != "none":
+        if self.invariance != InvarianceMethod.NONE:
             raise ConfigError("--select-paths is for networks without --invariance")
 
 
@@ -281,9 +244,8 @@ HELP: dict[str, str] = {
     "channels (1: ELLA's V U form; more lets a one-channel input, e.g. the trivial group's "
     "first layer, reach each output channel as more than one number)",
     "head_init": "mixer: data standardises the pooled features entering the head on the "
-    f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster; "
-    "docs/research/0002-recipe-on-a-validation-split.md), default keeps torch's "
-    "initialisation only",
+    f"first {HEAD_INIT_IMAGES} training images at initialisation (trains faster), default "
+    "keeps torch's initialisation only",
     "model": "network: mixer (ella's relaxed layers), or the plain baselines mlp or cnn",
     "invariance": "input invariance f(x) = E_T[g(T x)] over affine transformations: none, full "
     "(fixed full ranges), learned (extents by marginal likelihood) or augerino",

@@ -39,7 +39,7 @@ from torch.utils.data import (
 )
 
 from ella import distributed
-from ella.choices import Likelihood, SubsetControl
+from ella.choices import HessianStructure, Likelihood, SubsetControl
 from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import (
@@ -163,7 +163,7 @@ def evaluate_loader(
         model,
         checked_labels(loader, classes, lambda i: f"test_loader's batch {i + 1}"),
         lambda outputs, y: data_loss(outputs, y, config.likelihood, config.sigma_noise) * len(y),
-        classification=config.likelihood == "classification",
+        classification=config.likelihood == Likelihood.CLASSIFICATION,
         world=world,
     )
 
@@ -204,7 +204,7 @@ def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
     subset, dataset = config.marglik_subset_size, loader.dataset
     if subset is None or subset >= n_data or not config.learn_priors:
         return
-    if config.hessian != "kron":
+    if config.hessian != HessianStructure.KRON:
         raise ConfigError(
             f"marglik_subset_size={subset} of {n_data} examples (the subset estimator) needs "
             f"hessian='kron'; with hessian={config.hessian!r} pass marglik_subset_size=None"
@@ -216,7 +216,7 @@ def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
             "marglik_subset_size=None to fit every batch"
         )
     traced = config.subset_control == SubsetControl.TRAINING
-    if traced and config.likelihood == "classification" and not indexes_batches(loader):
+    if traced and config.likelihood == Likelihood.CLASSIFICATION and not indexes_batches(loader):
         raise ConfigError(
             "subset_control='training' records each example's curvature in the training "
             "passes, which needs the indices of the loader's batches: ella.fit knows them for "
@@ -311,7 +311,7 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
             "per input (the same first dimension)"
         )
     output = probe_outputs(model, x)
-    if config.likelihood == "classification":
+    if config.likelihood == Likelihood.CLASSIFICATION:
         if output.dim() != 2 or len(output) != len(y):
             raise InputDataError(
                 f"{what}: classification needs logits (batch, classes) from the model, got "

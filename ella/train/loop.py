@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
-from ella.choices import HeadInit, ReportedState, SubsetControl
+from ella.choices import Augmentation, HeadInit, InvarianceMethod, ReportedState, SubsetControl
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
 from ella.data.transforms import apply_augmentation, draw_augmentation
@@ -96,7 +96,7 @@ def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDatas
 def evidence_epochs(config: TrainConfig) -> list[int]:
     """The (1-based) epochs after which the evidence is fitted: ``e >= n_epochs_burnin`` and
     ``e % marglik_frequency == 0``; none when neither priors nor invariance are learned."""
-    learning = config.learn_priors or config.invariance == "learned"
+    learning = config.learn_priors or config.invariance == InvarianceMethod.LEARNED
     return [e for e in range(1, config.epochs + 1) if evidence_due(config, e, learning)]
 
 
@@ -182,7 +182,7 @@ class Trainer(AlternatingRun):
         # the rounds' control where they learn the network's priors on a subset, else none
         self.priors.rounds = dataclasses.replace(self.priors.rounds, control=self.subset_control())
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
-        if config.learn_priors or config.invariance == "learned":
+        if config.learn_priors or config.invariance == InvarianceMethod.LEARNED:
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
         self.optimizer = make_optimizer(self.model, config)
         self.hyper_optimizer = self.priors.optimizer
@@ -215,7 +215,7 @@ class Trainer(AlternatingRun):
         if not self.world.distributed:
             return
         size = self.world.size
-        if config.invariance != "none":
+        if config.invariance != InvarianceMethod.NONE:
             raise ConfigError(
                 f"--invariance {config.invariance} is not data-parallel yet (its evidence "
                 "draws transformations per process); run it in one process, without torchrun"
@@ -230,9 +230,9 @@ class Trainer(AlternatingRun):
     def _wrap_invariance(self, net: nn.Module) -> nn.Module:
         """``net`` itself, or an :class:`InvariantClassifier` around it."""
         cfg = self.config
-        if cfg.invariance == "none":
+        if cfg.invariance == InvarianceMethod.NONE:
             return net
-        if cfg.invariance == "full":
+        if cfg.invariance == InvarianceMethod.FULL:
             eta = eta_from_mapping(FULL_EXTENTS)
         else:
             eta = torch.full((6,), cfg.eta_init)
@@ -321,17 +321,21 @@ class Trainer(AlternatingRun):
         transformations (:meth:`epoch_transformations`)."""
         if not self.invariant:
             return self.train_model(batch.x)
-        eta = self.model.eta if self.config.invariance == "augerino" else self.model.eta.detach()
+        eta = (
+            self.model.eta
+            if self.config.invariance == InvarianceMethod.AUGERINO
+            else self.model.eta.detach()
+        )
         return self.model(batch.x, eps=batch.eps, eta=eta)
 
     def regularised(self, loss: torch.Tensor) -> torch.Tensor:
         """Augerino's loss rewards wider ranges (Benton et al. 2020)."""
-        if self.config.invariance != "augerino":
+        if self.config.invariance != InvarianceMethod.AUGERINO:
             return loss
         return loss - self.config.augerino_reg * (self.model.eta * self.model.mask).norm()
 
     def step_optimizers(self) -> list[torch.optim.Optimizer]:
-        augerino = self.config.invariance == "augerino"
+        augerino = self.config.invariance == InvarianceMethod.AUGERINO
         return [self.optimizer, self.eta_optimizer] if augerino else [self.optimizer]
 
     def arithmetic(self) -> contextlib.AbstractContextManager:
@@ -341,7 +345,7 @@ class Trainer(AlternatingRun):
         return self.steps.autocast()
 
     def learning(self) -> bool:
-        return self.config.learn_priors or self.config.invariance == "learned"
+        return self.config.learn_priors or self.config.invariance == InvarianceMethod.LEARNED
 
     def trace_device(self) -> torch.device:
         return self.train_tensors[1].device
@@ -354,7 +358,7 @@ class Trainer(AlternatingRun):
         (the draws that augmenting the batches in turn makes) and moved to the device in
         one copy; the images are then augmented there, batched (the test set never)."""
         cfg = self.config
-        if cfg.augment == "none":
+        if cfg.augment == Augmentation.NONE:
             return None
         generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
         sizes = batch_sizes(self.n_train, cfg.batch_size)
@@ -435,7 +439,7 @@ class Trainer(AlternatingRun):
         """
         cfg = self.config
         generator = epoch_generator(cfg.seed, self.state.epoch, Stream.INVARIANCE_EVIDENCE)
-        learned_eta = cfg.invariance == "learned"
+        learned_eta = cfg.invariance == InvarianceMethod.LEARNED
         leaves = ([self.model.eta] if learned_eta else []) + (
             [self.log_prior] if cfg.learn_priors else []
         )
