@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
 from benchmarks._common import environment, write_results
-from ella.cli import PATH_SETS, time_forward_backward
+from ella.cli.demo import PATH_SETS, time_forward_backward
 from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import FCPath, per_module_calls

@@ -17,13 +17,14 @@ Subpackages, from the layers up:
     ella.engine      epochs, schedules and health checks shared by every loop
     ella.train       ``ella train``'s loop and :func:`ella.fit`
     ella.ensembles   deep and repulsive ensembles (``ella ensemble``)
+    ella.cli         the ``ella`` command, one module per command
 
 Modules: ``groups`` (finite groups acting on images), ``testing``
 (``assert_equivariant``), ``learner`` (``PriorLearner``), ``selection`` and ``export``
 (choosing and exporting paths), ``report`` (the effective-parameter report), ``config``,
 ``choices`` and ``migrations`` (options, their values, older configurations), ``io`` and
-``rundir`` (atomic files, run directories), ``cli`` and ``commandline`` (the command
-line), ``distributed``, ``system``, ``geometry`` and ``errors``.
+``rundir`` (atomic files, run directories), ``distributed``, ``system``, ``geometry``
+and ``errors``.
 """
 
 __version__ = "0.2.0"

@@ -30,6 +30,7 @@ from ella.ensembles.predict import (
     orbit_metrics,
     orbit_summary,
 )
+from ella.ensembles.report import format_results
 from ella.ensembles.trainer import (
     EnsembleTrainer,
     augment_with_group,
@@ -38,6 +39,7 @@ from ella.ensembles.trainer import (
 )
 
 __all__ = [
+    "format_results",
     "HELP",
     "METHODS",
     "Ensemble",

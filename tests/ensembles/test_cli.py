@@ -37,7 +37,7 @@ def test_train_and_evaluate_an_ensemble_from_the_command_line(tmp_path, capsys):
 
 
 def test_the_results_line_counts_in_the_singular_for_one():
-    from ella.ensembles.cli import format_results
+    from ella.ensembles import format_results
 
     test = dict.fromkeys(["accuracy", "nll", "ece", "member_accuracy", "member_nll"], 0.5)
     results = {"method": "de", "members": 1, "parameters_per_member": 10, "train_size": 8,

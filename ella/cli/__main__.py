@@ -1,0 +1,7 @@
+"""``python -m ella.cli`` works like the ``ella`` command."""
+
+import sys
+
+from ella.cli import main
+
+sys.exit(main())

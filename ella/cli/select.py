@@ -1,0 +1,60 @@
+"""``ella select RUN``: choose a finished learned run's paths by the Laplace evidence."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ella import distributed
+from ella.cli.common import reports_errors
+from ella.cli.train import print_selection
+from ella.errors import ConfigError
+from ella.rundir import SELECT_EPOCHS
+
+
+@reports_errors
+def cmd_select(args: argparse.Namespace) -> int:
+    """Choose the paths of a finished learned run by the Laplace evidence."""
+    if distributed.launched():
+        raise ConfigError("ella select runs in one process: run it without torchrun")
+    print_selection(Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """``ella select RUN_DIR [--drop-only] [--epochs N] [--data-dir DIR] [--no-progress]``."""
+    select = sub.add_parser(
+        "select",
+        help="choose the paths a learned run's network needs by the evidence (trains candidates)",
+        description="Choose the paths (FC, CONV, GCONV) a finished learned mixer needs by the "
+        "Laplace evidence: train on the network and, for each path, the network without it "
+        "(held at zero in every relaxed layer) for --epochs, each with the run's recipe, "
+        "and compare their evidence (exact GGN on all training images). By default greedily: "
+        "drop the path whose removal raises the evidence most, then again from that network, "
+        "until none does or one path is left; writes path_selection.json and the selected "
+        "network's weights, path_selection.pt. Resumable: a second call with the same "
+        "--epochs goes on where the first stopped. ella report RUN shows the selection again.",
+    )
+    select.add_argument(
+        "run_dir", help="a finished run directory of ella train with learned priors"
+    )
+    select.add_argument(
+        "--drop-only",
+        action="store_true",
+        help="one round only: the whole network and the network without each path, trained "
+        "on alike, and which paths the evidence would drop; writes path_drops.json",
+    )
+    select.add_argument(
+        "--epochs",
+        type=int,
+        default=SELECT_EPOCHS,
+        help=f"epochs of training on per candidate network (default {SELECT_EPOCHS})",
+    )
+    select.add_argument("--data-dir", default=None, help="data files, if moved since the run")
+    select.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a progress bar per candidate (default: on)",
+    )
+    select.set_defaults(func=cmd_select)

@@ -1,0 +1,84 @@
+"""``ella train``: train a mixer, learning its per-layer, per-path priors (or MAP only)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ella import distributed
+from ella.cli.common import (
+    DefaultsHelpFormatter,
+    add_config_options,
+    add_run_options,
+    reports_errors,
+    run_claimed,
+)
+from ella.errors import ConfigError
+from ella.rundir import PATH_DROPS, PATH_SELECTION, PATH_SELECTION_STATE
+from ella.train.config import HELP, TrainConfig
+
+
+@reports_errors
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a mixer, learning its per-layer, per-path priors (or MAP only)."""
+    from ella.train import Trainer
+
+    world = distributed.start()  # several processes under torchrun, else this one
+    if getattr(args, "select_paths", False) and world.distributed:
+        raise ConfigError("--select-paths runs in one process: run it without torchrun")
+    with run_claimed(args, TrainConfig, "run", world, Trainer) as (out, config, results):
+        if not world.is_main:
+            return 0
+        if not config.select_paths:
+            print_answer(out, results)  # the headline; with --select-paths, the last lines
+        print(results["table"])
+        figures = [f.name for f in sorted(out.glob("*.png"))]
+        print(f"run directory: {out} ({', '.join(['results.json', 'metrics.jsonl', *figures])})")
+        if config.select_paths:
+            print()
+            print_selection(out, config.select_epochs, False, config.data_dir, config.progress)
+            print()
+            print_answer(out, results, blank_after=False)
+    return 0
+
+
+def print_answer(run_dir: Path, results: dict, blank_after: bool = True) -> None:
+    """Print :func:`ella.selection.format_answer`, where the run has one."""
+    from ella.selection import format_answer
+
+    answer = format_answer(run_dir, results)
+    if answer:
+        print(answer + ("\n" if blank_after else ""))
+
+
+def print_selection(
+    run_dir: Path, epochs: int, drop_only: bool, data_dir, progress: bool = True
+) -> None:
+    """Select a learned run's paths (:func:`ella.selection.select`), print them and the
+    files written."""
+    from ella.selection import format_path_drops, format_path_selection, select
+
+    record = select(
+        run_dir, epochs=epochs, drop_only=drop_only, data_dir=data_dir, progress=progress
+    )
+    if drop_only:
+        print(format_path_drops(record))
+        print(f"written: {run_dir / PATH_DROPS}")
+    else:
+        print(format_path_selection(record))
+        print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """``ella train`` (options generated from :class:`~ella.train.config.TrainConfig`)."""
+    train = sub.add_parser(
+        "train",
+        help="train with learned layer-wise priors (the main job)",
+        description="Train a relaxed-equivariant mixer, alternating MAP steps on the weights "
+        "with marginal-likelihood steps on one prior precision per layer and path, and "
+        "report the effective parameters per layer and path.",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_run_options(train, "run")
+    add_config_options(train, TrainConfig, HELP)
+    train.set_defaults(func=cmd_train)
