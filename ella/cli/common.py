@@ -113,6 +113,26 @@ THREADS_NOTE = (
 )
 
 
+def add_run_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    config_cls: type[Config],
+    help_texts: dict[str, str],
+    func: Callable[[argparse.Namespace], int],
+    prefix: str,
+    **parser_kwargs,
+) -> argparse.ArgumentParser:
+    """A command that runs in a run directory (``ella train``, ``ella ensemble``): its
+    parser (``parser_kwargs``: ``help``, ``description``), :func:`add_run_options` with
+    ``prefix`` for a new directory's name, :func:`add_config_options` of ``config_cls`` and
+    ``func`` to run."""
+    parser = sub.add_parser(name, formatter_class=DefaultsHelpFormatter, **parser_kwargs)
+    add_run_options(parser, prefix)
+    add_config_options(parser, config_cls, help_texts)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def add_run_options(parser: argparse.ArgumentParser, prefix: str) -> None:
     """``--out``, ``--resume`` and ``--overwrite``; the threads note under the help."""
     parser.epilog = THREADS_NOTE

@@ -6,9 +6,7 @@ import argparse
 
 from ella import distributed
 from ella.cli.common import (
-    DefaultsHelpFormatter,
-    add_config_options,
-    add_run_options,
+    add_run_command,
     reports_errors,
     run_claimed,
 )
@@ -35,7 +33,12 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``ella ensemble`` (options generated from :class:`EnsembleConfig`)."""
-    parser = sub.add_parser(
+    return add_run_command(
+        sub,
+        "ensemble",
+        EnsembleConfig,
+        HELP,
+        cmd_ensemble,
         "ensemble",
         help="train and evaluate a deep / repulsive / FoRDE ensemble",
         description="Train M members together (vectorised with torch.func), optionally with "
@@ -43,9 +46,4 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "function-space or input-gradient RDE, as Wasserstein gradient descent), then report "
         "test accuracy, NLL and ECE, the same on corrupted test images, and (--osp-group) "
         "orbit-same-predictions.",
-        formatter_class=DefaultsHelpFormatter,
     )
-    add_run_options(parser, "ensemble")
-    add_config_options(parser, EnsembleConfig, HELP)
-    parser.set_defaults(func=cmd_ensemble)
-    return parser

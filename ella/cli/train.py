@@ -7,9 +7,7 @@ from pathlib import Path
 
 from ella import distributed
 from ella.cli.common import (
-    DefaultsHelpFormatter,
-    add_config_options,
-    add_run_options,
+    add_run_command,
     reports_errors,
     run_claimed,
 )
@@ -71,14 +69,15 @@ def print_selection(
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """``ella train`` (options generated from :class:`~ella.train.config.TrainConfig`)."""
-    train = sub.add_parser(
+    add_run_command(
+        sub,
         "train",
+        TrainConfig,
+        HELP,
+        cmd_train,
+        "run",
         help="train with learned layer-wise priors (the main job)",
         description="Train a relaxed-equivariant mixer, alternating MAP steps on the weights "
         "with marginal-likelihood steps on one prior precision per layer and path, and "
         "report the effective parameters per layer and path.",
-        formatter_class=DefaultsHelpFormatter,
     )
-    add_run_options(train, "run")
-    add_config_options(train, TrainConfig, HELP)
-    train.set_defaults(func=cmd_train)
