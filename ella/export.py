@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ella.choices import PriorMean
+from ella.choices import InvarianceMethod, PriorMean
 from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch, save_torch
 from ella.marglik.effective import split_name, switched_off_paths
@@ -159,7 +159,7 @@ def _learned_run(run_dir: Path, data_dir: str | Path | None) -> tuple[TrainedRun
     config = read_json(run_dir / CONFIG, "run's configuration")
     learn, mean = config.get("learn_priors", True), config.get("prior_mean", PriorMean.ZERO)
     refuse_unless_learned(run_dir, learn, mean, "export")
-    if config.get("invariance", "none") != "none":
+    if config.get("invariance", InvarianceMethod.NONE) != InvarianceMethod.NONE:
         raise ConfigError(f"{run_dir} learns input invariance; export a run with --invariance none")
     return load_run(run_dir, data_dir), results
 

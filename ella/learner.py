@@ -268,7 +268,7 @@ class PriorLearner:
         # auto resolved for the backend the evidence will use
         used = backend or Backend.default_for(self.hessian)
         ggn = GGN.parse(ggn, "GGN type")
-        if ggn == GGN.AUTO and likelihood == "regression":  # a Gaussian's GGN is one pass
+        if ggn == GGN.AUTO and likelihood == Likelihood.REGRESSION:  # a Gaussian's GGN is one pass
             ggn = GGN.EXACT
         self.ggn = ggn.for_backend(used)
         self.likelihood = likelihood
@@ -290,9 +290,9 @@ class PriorLearner:
                 "update='auto' is a configuration's choice; pass the rule it resolves to "
                 "(ScheduleConfig.prior_update_rule(): 'optimum' or 'adam')"
             )
-        if self.update == "optimum" and self.hessian != HessianStructure.KRON:
+        if self.update == PriorUpdate.OPTIMUM and self.hessian != HessianStructure.KRON:
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
-        if step != 1 and self.update != "optimum":
+        if step != 1 and self.update != PriorUpdate.OPTIMUM:
             raise ConfigError(
                 f"a step of {step} towards the optimum needs update='optimum' "
                 "(--prior-update optimum); Adam steps are set by lr and n_hypersteps"
@@ -335,7 +335,7 @@ class PriorLearner:
             update=update,
             mean=config.prior_mean,
             # the damping of the optimum; Adam's rounds have none (auto may resolve to adam)
-            step=config.prior_step if update == "optimum" else 1.0,
+            step=config.prior_step if update == PriorUpdate.OPTIMUM else 1.0,
             rounds=EvidenceRounds.from_config(config),
             response=config.weight_response,
             **options,
@@ -487,7 +487,7 @@ class PriorLearner:
             self.evidence.optimal_log_prior() if self.hessian == HessianStructure.KRON else None
         )
         before = self.log_prior.detach().clone()
-        if self.update == "optimum":
+        if self.update == PriorUpdate.OPTIMUM:
             with torch.no_grad():
                 self.log_prior.add_(self.step * (optimum - self.log_prior))
         else:

@@ -48,7 +48,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from ella.choices import GGN, Likelihood, PriorMean
+from ella.choices import GGN, InvarianceMethod, Likelihood, ModelName, PriorMean
 from ella.distributed import ONE_PROCESS
 from ella.errors import ConfigError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
@@ -204,14 +204,14 @@ def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
     learn, mean = config.get("learn_priors", False), config.get("prior_mean", PriorMean.ZERO)
     refuse_unless_learned(run_dir, learn, mean, "select")
     model = config.get("model", "mixer")
-    if model != "mixer":
+    if model != ModelName.MIXER:
         raise ConfigError(
             f"ella select chooses among the paths (FC, CONV, GCONV) of a mixer's relaxed "
             f"layers, and this run's model (--model {model}) has none: select on a run of "
             "ella train --model mixer"
         )
     invariance = config.get("invariance", "none")
-    if invariance != "none":
+    if invariance != InvarianceMethod.NONE:
         raise ConfigError(
             f"this run learned an input invariance (--invariance {invariance}); ella select "
             "is for networks without --invariance"

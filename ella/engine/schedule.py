@@ -55,7 +55,10 @@ class OptimizerConfig(Config):
     def check(self) -> None:
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
-        if self.lr_scaling in ("fan_in", "fan_in_fc") and self.optimizer != Optimizer.ADAM:
+        if (
+            self.lr_scaling in (LRScaling.FAN_IN, LRScaling.FAN_IN_FC)
+            and self.optimizer != Optimizer.ADAM
+        ):
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling} is Adam's rule (Adam moves every weight by "
                 f"about lr); with --optimizer {self.optimizer} use --lr-scaling none or auto"

@@ -79,10 +79,10 @@ def augment_with_group(
         The augmented images and their labels.
     """
     mode = GroupAugmentation.parse(mode, "augmentation")
-    if mode == "none":
+    if mode == GroupAugmentation.NONE:
         return x, y
     group = get_group(group)
-    if mode == "orbit":
+    if mode == GroupAugmentation.ORBIT:
         images = torch.cat([group.act_on_image(g, x) for g in group.elements])
         return images, y.repeat(group.order)
     elements = torch.randint(group.order, (len(x),), generator=generator)  # sampled
@@ -112,7 +112,7 @@ def member_features(
         true-class logits (B' = B, D = C H W) for ``forde``; ``phi`` is None for ``de``.
     """
     method, m = EnsembleMethod.parse(method, "method"), len(ensemble)
-    if method == "forde":
+    if method == EnsembleMethod.FORDE:
         xm = x.expand(m, *x.shape).clone().requires_grad_(True)
         logits = ensemble(xm, per_member=True)
         true = logits.gather(-1, y.expand(m, -1)[..., None]).sum()
@@ -120,9 +120,9 @@ def member_features(
         s = normalised_input_gradients(grads)
         return logits, (metric or LengthscaleMetric.identity())(s)
     logits = ensemble(x)
-    if method == "de":
+    if method == EnsembleMethod.DE:
         return logits, None
-    if method == "weight_rde":
+    if method == EnsembleMethod.WEIGHT_RDE:
         return logits, ensemble.flat_parameters()[:, None, :]
     return logits, logits.softmax(-1).reshape(m, 1, -1)  # function_rde
 

@@ -166,10 +166,10 @@ def kron_factors(
     n = logits.shape[0]
     probs = logits.softmax(-1)
     ggn = GGN.parse(ggn, "GGN type")
-    if ggn == "exact":
+    if ggn == GGN.EXACT:
         eye = torch.eye(probs.shape[-1], dtype=probs.dtype, device=probs.device)
         columns = [probs[:, c : c + 1].sqrt() * (eye[c] - probs) for c in range(probs.shape[-1])]
-    elif ggn == "stratified":
+    elif ggn == GGN.STRATIFIED:
         columns = list(stratified_root(probs, generator))
     else:  # mc
         y = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(1)

@@ -30,7 +30,7 @@ from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 from tqdm.auto import tqdm
 
-from ella.choices import GGN, Backend, HessianStructure
+from ella.choices import GGN, Backend, HessianStructure, Likelihood
 from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
@@ -518,7 +518,7 @@ class LaplaceEvidence:
                 f"--ggn stratified is the native backend's estimator; use --backend native, "
                 f"or --ggn mc or exact with --backend {self.backend}"
             )
-        if self.ggn == GGN.STRATIFIED and likelihood != "classification":
+        if self.ggn == GGN.STRATIFIED and likelihood != Likelihood.CLASSIFICATION:
             raise ConfigError(
                 "--ggn stratified samples class labels (classification); use exact or mc "
                 "for regression"

@@ -637,7 +637,7 @@ class NativeGGN(CurvatureInterface):
     ):
         if last_layer or subnetwork_indices is not None:
             raise ValueError("the native backend computes the whole network's curvature only")
-        if stratified and (stochastic or likelihood != "classification"):
+        if stratified and (stochastic or likelihood != Likelihood.CLASSIFICATION):
             raise ValueError("the stratified GGN is a classification GGN, not also MC")
         super().__init__(model, likelihood, last_layer, subnetwork_indices, dict_key_x, dict_key_y)
         self.stochastic = stochastic

@@ -244,7 +244,7 @@ class Trainer(AlternatingRun):
             eval_samples=cfg.invariance_eval_samples,
             seed=cfg.seed,
         )
-        if cfg.invariance in ("learned", "augerino"):
+        if cfg.invariance in (InvarianceMethod.LEARNED, InvarianceMethod.AUGERINO):
             model.eta.requires_grad_()
         return model
 
@@ -254,7 +254,7 @@ class Trainer(AlternatingRun):
 
     @property
     def learns_eta(self) -> bool:
-        return self.config.invariance in ("learned", "augerino")
+        return self.config.invariance in (InvarianceMethod.LEARNED, InvarianceMethod.AUGERINO)
 
     def eta(self) -> dict[str, float]:
         """The current extents per generator (zeros for inactive generators)."""
