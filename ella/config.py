@@ -36,7 +36,7 @@ from ella.migrations import upgrade
 __all__ = ["MAX_SEED", "Choice", "Config", "choice_type", "option"]
 
 #: the largest seed: every random stream's seed, ``seed * stream + epoch``
-#: (:func:`ella.engine.epochs.epoch_seed`), then fits torch's 64-bit generators
+#: (:func:`ella.engine.streams.epoch_seed`), then fits torch's 64-bit generators
 MAX_SEED = 2**32 - 1
 
 

@@ -147,7 +147,9 @@ class MovedOption(argparse.Action):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """``ella report RUN_DIR [--symmetry GROUP] [--path-outputs] ...``."""
-    report = sub.add_parser("report", help="reprint the table and redraw the figure of a run")
+    report = sub.add_parser(
+        "report", help="reprint a run's answer, table and figure, and measure it"
+    )
     report.add_argument("run_dir", help="a run directory written by ella train")
     report.add_argument(
         "--symmetry",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import enum
 import math
 import sys
 import time
@@ -32,6 +31,7 @@ from tqdm.auto import tqdm
 from ella.distributed import ONE_PROCESS, World, peer_failures
 from ella.engine.health import new_collapse
 from ella.engine.schedule import cosine_lr
+from ella.engine.streams import Stream, epoch_generator, epoch_seed
 from ella.errors import CheckpointError, ConfigError, InputDataError, TrainingDivergedError
 from ella.io import load_checkpoint, save_jsonl, save_torch
 from ella.rundir import (
@@ -72,26 +72,6 @@ def non_finite_metrics(row: dict) -> list[str]:
         for key, value in row.items()
         if key.endswith(CHECKED_METRICS) and isinstance(value, float) and not math.isfinite(value)
     ]
-
-
-class Stream(enum.IntEnum):
-    """The random streams of an epoch, each with its own seed multiplier (distinct primes)."""
-
-    DATA_ORDER = 1_000_003
-    AUGMENTATION = 7_919
-    TRANSFORMATIONS = 15_485_863
-    EVIDENCE_SUBSET = 31_337
-    INVARIANCE_EVIDENCE = 104_729
-
-
-def epoch_seed(seed: int, epoch: int, stream: Stream) -> int:
-    """``seed * stream + epoch``: the seed of ``stream`` in ``epoch`` of a run."""
-    return seed * int(stream) + epoch
-
-
-def epoch_generator(seed: int, epoch: int, stream: Stream) -> torch.Generator:
-    """A CPU generator for ``stream`` in ``epoch`` (see :func:`epoch_seed`)."""
-    return torch.Generator().manual_seed(epoch_seed(seed, epoch, stream))
 
 
 class Penalised(Protocol):

@@ -33,6 +33,7 @@ from ella.choices import (
     WeightResponse,
 )
 from ella.config import MAX_SEED, Config, option
+from ella.engine.rounds import EvidenceRounds
 from ella.errors import ConfigError
 from ella.nn.paths import FCPath, GConvPath
 
@@ -103,19 +104,19 @@ class ScheduleConfig(OptimizerConfig):
     prior_update: PriorUpdate = PriorUpdate.AUTO
     # None: DEFAULT_PRIOR_STEP, or 1 with --prior-update adam (which does not use it)
     prior_step: float | None = option(None, greater_than=0, maximum=1)
-    n_hypersteps: int = option(20, minimum=0)
+    n_hypersteps: int = option(EvidenceRounds.n_hypersteps, minimum=0)
     lr_hyp: float = option(0.1, greater_than=0)
     backend: Backend = Backend.NATIVE
     hessian: HessianStructure = HessianStructure.KRON
     # stratified with the native backend (exact for regression), see marglik_subset_size
     ggn: GGN = GGN.AUTO
-    marglik_batch_size: int = option(500, minimum=1)
-    # 500 examples per round with the stratified GGN
-    marglik_subset_size: int | None = option(500, minimum=1)
+    marglik_batch_size: int = option(EvidenceRounds.batch_size, minimum=1)
+    # a fresh class-balanced subset each round, fitted with the stratified GGN
+    marglik_subset_size: int | None = option(EvidenceRounds.subset_size, minimum=1)
     # the subset's curvature scaled by the traces of all N examples against the subset's:
     # a ratio estimator that removes most of the rounds' common noise; forward: a pass at
     # each round
-    subset_control: SubsetControl = SubsetControl.FORWARD
+    subset_control: SubsetControl = EvidenceRounds.control
     # the weights after a round: left to the training steps, or moved to the new prior's
     # MAP as the round's GGN predicts (an option until it wins on the validation splits)
     weight_response: WeightResponse = WeightResponse.NONE

@@ -23,7 +23,7 @@ checkpoint (it draws the GGN's sampled labels); the data order of the epoch trai
 after ``e`` completed epochs is drawn from ``epoch_generator(seed, e, DATA_ORDER)``
 (:func:`seed_epoch_order` sets it on a shuffling ``DataLoader``), and each round's
 subset from ``epoch_generator(seed, e, EVIDENCE_SUBSET)`` with ``e`` the epoch just
-trained (:meth:`~ella.learner.EvidenceRounds.subset`).
+trained (:meth:`~ella.engine.rounds.EvidenceRounds.subset`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from ella.choices import (
 )
 from ella.config import option
 from ella.data.datasets import image_side
+from ella.engine.rounds import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
 from ella.models.build import check_mixer_options
@@ -105,7 +106,7 @@ class TrainConfig(ScheduleConfig):
     batch_size: int = option(128, minimum=1)
     # the evidence rounds (marglik_subset_size, ...: ScheduleConfig), the subset's curvature
     # scaled by the traces of the training passes, free (the forward control costs a pass)
-    subset_control: SubsetControl = SubsetControl.TRAINING
+    subset_control: SubsetControl = LOOP_CONTROL
     # the mixer's recipe where it differs from ella.fit's defaults (ScheduleConfig)
     epochs: int = option(20, minimum=1)
     lr: float = option(3e-3, greater_than=0)

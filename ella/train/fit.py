@@ -53,6 +53,7 @@ from ella.distributed import (
 from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
+from ella.engine.rounds import LOOP_CONTROL
 from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
@@ -86,7 +87,7 @@ class FitConfig(ScheduleConfig):
     sigma_noise: float = option(1.0, greater_than=0)
     # ella train's: the training passes' traces (the loop knows each batch's indices for
     # a DataLoader with shuffle=True and no generator of its own, or with shuffle=False)
-    subset_control: SubsetControl = SubsetControl.TRAINING
+    subset_control: SubsetControl = LOOP_CONTROL
 
 
 @dataclass

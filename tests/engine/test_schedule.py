@@ -214,3 +214,15 @@ def test_gconv_rate_auto_is_group_order_with_adam_and_same_with_sgd():
     assert OptimizerConfig(gconv_lr="same").gconv_rate() == "same"
     # a checkpoint written before the option existed ran the GCONV paths at the same rate
     assert absent_means(TrainConfig)["gconv_lr"] == "same"
+
+
+def test_the_evidence_rounds_defaults_are_stated_once():
+    """ScheduleConfig's round options take their defaults from EvidenceRounds' fields, and
+    ella train's and ella.fit's control is the one loop control."""
+    from ella.engine.rounds import LOOP_CONTROL, EvidenceRounds
+    from ella.engine.schedule import ScheduleConfig
+    from ella.train.fit import FitConfig
+
+    assert EvidenceRounds.from_config(ScheduleConfig()) == EvidenceRounds()
+    for config in (TrainConfig(), FitConfig()):
+        assert EvidenceRounds.from_config(config) == EvidenceRounds(control=LOOP_CONTROL)

@@ -158,7 +158,7 @@ def test_a_rounds_scaled_likelihood_and_curvature_are_the_full_ones_in_expectati
     sum_n diag p_n - p_n p_n^T) is the full fit's, within the rounds' standard error. (The
     log evidence itself is not: its log-determinants are concave in the curvature.)"""
     from ella import PriorLearner
-    from ella.learner import EvidenceRounds
+    from ella.engine.rounds import EvidenceRounds
 
     g = torch.Generator().manual_seed(0)
     n, d, k, rounds = 24, 4, 3, 120
