@@ -52,6 +52,7 @@ class Choice(str, enum.Enum):
 
     @classmethod
     def values(cls) -> tuple[str, ...]:
+        """The strings of the choice's members, in their order."""
         return tuple(m.value for m in cls)
 
     @classmethod
@@ -165,6 +166,7 @@ class Config:
     # ------------------------------------------------------------------ fields
     @classmethod
     def hints(cls) -> dict[str, Any]:
+        """The resolved type of every field (annotations evaluated)."""
         return typing.get_type_hints(cls)
 
     @classmethod
@@ -236,6 +238,7 @@ class Config:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
+        """Every field as plain JSON values: members as their strings, tuples as lists."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -253,6 +256,9 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict):
+        """The configuration a dict holds (``config.json``), options it lacks read as they
+        meant when it was written (:func:`ella.migrations.upgrade`); unknown keys, or another
+        command's configuration, are refused with a :class:`~ella.errors.ConfigError`."""
         if not isinstance(d, dict):
             raise ConfigError(f"a configuration must be a JSON object, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}

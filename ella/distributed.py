@@ -90,9 +90,11 @@ class World:
 
     @property
     def distributed(self) -> bool:
+        """Whether the job has more than one process."""
         return self.size > 1
 
     def describe(self) -> str:
+        """``process R of N``, for messages."""
         return f"process {self.rank} of {self.size}"
 
     # ------------------------------------------------------------------ data

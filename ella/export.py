@@ -118,6 +118,8 @@ class Export:
     rows: dict[str, dict[str, float]]
 
     def format(self) -> str:
+        """The printed comparison: the paths switched off, then the run's network against
+        the exported one."""
         dropped = "; ".join(f"{layer}: {', '.join(p)}" for layer, p in self.dropped.items())
         lines = [
             f"paths switched off (prior variance below {self.threshold:g} of the layer's "

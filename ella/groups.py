@@ -90,6 +90,7 @@ class Group(ABC):
 
     @property
     def identity(self) -> int:
+        """The index of the identity element (always 0)."""
         return 0
 
     @cached_property

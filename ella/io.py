@@ -43,6 +43,7 @@ def save_torch(obj: Any, path: Path) -> None:
 
 
 def save_text(text: str, path: Path) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(text.encode()))
 
 

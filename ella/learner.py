@@ -358,6 +358,8 @@ class PriorLearner:
         return world
 
     def make_evidence(self) -> LaplaceEvidence:
+        """A new, unfitted :class:`~ella.marglik.LaplaceEvidence` of the model with this
+        learner's prior structure, likelihood, Hessian, backend and GGN."""
         return LaplaceEvidence(
             self.model,
             self.prior,

@@ -83,6 +83,7 @@ def available_memory() -> int | None:
 
 
 def format_bytes(n: float) -> str:
+    """``n`` bytes in decimal units, three significant digits (``1.5 GB``)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.3g} {unit}"

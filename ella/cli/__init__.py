@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``ella`` command with ``argv`` (the process's arguments by default);
+    returns the exit status."""
     args = build_parser().parse_args(argv)
     configure_threads()
     return distributed.end_process(args.func(args))

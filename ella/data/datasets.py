@@ -66,10 +66,12 @@ class ImageData:
 
     @property
     def in_channels(self) -> int:
+        """Channels of the images (1 for MNIST, 3 for CIFAR-10)."""
         return int(self.train.tensors[0].shape[1])
 
     @property
     def image_size(self) -> int:
+        """Side of the square images in pixels."""
         return int(self.train.tensors[0].shape[-1])
 
 
@@ -145,6 +147,7 @@ def check_labels(
 
 
 def available_datasets() -> list[str]:
+    """Every name :func:`load_dataset` knows: the bases and each variant of each."""
     return [*BASES, *(f"{v}_{b}" for v in VARIANTS for b in BASES)]
 
 

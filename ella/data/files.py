@@ -80,6 +80,7 @@ def data_root(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def md5(path: Path) -> str:
+    """The MD5 hex digest of a file, read in 1 MiB chunks."""
     digest = hashlib.md5()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

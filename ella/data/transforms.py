@@ -88,14 +88,17 @@ def place_in_quadrant(x: torch.Tensor, quadrants: torch.Tensor, out_size: int = 
 
 # ---------------------------------------------------------------- random parameters
 def random_angles(n: int, degrees: float, generator: torch.Generator) -> torch.Tensor:
+    """(n,) angles in radians, uniform in [-degrees, degrees]."""
     return (torch.rand(n, generator=generator) * 2 - 1) * math.radians(degrees)
 
 
 def random_shifts(n: int, max_shift: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, 2) integer pixel shifts, uniform in [-max_shift, max_shift] on each axis."""
     return torch.randint(-max_shift, max_shift + 1, (n, 2), generator=generator)
 
 
 def random_scales(n: int, low: float, high: float, generator: torch.Generator) -> torch.Tensor:
+    """(n,) scale factors, log-uniform in [low, high]."""
     return torch.exp(torch.empty(n).uniform_(math.log(low), math.log(high), generator=generator))
 
 

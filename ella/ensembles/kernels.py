@@ -174,6 +174,7 @@ class LengthscaleMetric:
 
     @classmethod
     def identity(cls) -> LengthscaleMetric:
+        """The Euclidean metric: every input direction at lengthscale 1."""
         return cls()
 
     @classmethod

@@ -68,6 +68,7 @@ class InvariantClassifier(nn.Module):
 
     @property
     def generators(self) -> list[str]:
+        """The names of the active generators, in :data:`GENERATORS` order."""
         return [n for n, m in zip(GENERATORS, self.mask.tolist(), strict=True) if m]
 
     def sample_eps(

@@ -538,6 +538,7 @@ class LaplaceEvidence:
 
     @property
     def n_data(self) -> int:
+        """``N``, the examples the likelihood of the last fit was scaled to."""
         return int(self.laplace.n_data)
 
     def fit(

@@ -73,10 +73,12 @@ class PriorStructure:
 
     @property
     def n_groups(self) -> int:
+        """The number of prior groups (one precision each)."""
         return len(self.names)
 
     @property
     def n_tensors(self) -> int:
+        """The number of parameter tensors the groups cover."""
         return len(self.param_names)
 
     @property

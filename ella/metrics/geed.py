@@ -228,6 +228,7 @@ class EquivarianceDeviation:
         )
 
     def as_dict(self) -> dict[str, float]:
+        """``{"geed", "baseline", "normalized"}`` as plain numbers."""
         return {"geed": self.value, "baseline": self.baseline, "normalized": self.normalized}
 
 

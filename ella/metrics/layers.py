@@ -199,6 +199,7 @@ class LayerSymmetry:
     layer_alone: EquivarianceDeviation | None
 
     def as_dict(self) -> dict:
+        """One JSON row: the layer, its action, the distance and both measurements."""
         row = {"layer": self.name, "action": self.action, "distance": self.distance}
         row.update(self.up_to_layer.as_dict())
         alone = self.layer_alone.as_dict() if self.layer_alone is not None else {}

@@ -150,6 +150,7 @@ class Mixer(nn.Module):
 
     @property
     def path_names(self) -> tuple[str, ...]:
+        """The paths of the relaxed layers (every layer has the same)."""
         return next(iter(self.layers.values())).path_names
 
     def check_input(self, x: torch.Tensor) -> None:

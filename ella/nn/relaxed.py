@@ -199,6 +199,7 @@ class RelaxedLayer(nn.Module):
 
     @property
     def path_names(self) -> tuple[str, ...]:
+        """The layer's paths, in the order they are summed."""
         return tuple(self.paths.keys())
 
     def path_parameters(self, name: str) -> list[nn.Parameter]:
