@@ -77,14 +77,14 @@ class OptimizerConfig(Config):
         optimiser (``group_order`` for Adam, ``same`` for SGD)."""
         if self.gconv_lr == GConvRate.AUTO:
             return GConvRate.GROUP_ORDER if self.optimizer == Optimizer.ADAM else GConvRate.SAME
-        return GConvRate.parse(self.gconv_lr, "gconv_lr")
+        return self.gconv_lr
 
     def weight_lr_scaling(self) -> LRScaling:
         """The rule in force: ``lr_scaling``, with ``auto`` resolved by the optimiser
         (``fan_in`` for Adam, ``none`` for SGD)."""
         if self.lr_scaling == LRScaling.AUTO:
             return LRScaling.FAN_IN if self.optimizer == Optimizer.ADAM else LRScaling.NONE
-        return LRScaling.parse(self.lr_scaling, "lr_scaling")
+        return self.lr_scaling
 
 
 @dataclass
@@ -165,7 +165,7 @@ class ScheduleConfig(OptimizerConfig):
             return (
                 PriorUpdate.OPTIMUM if self.hessian == HessianStructure.KRON else PriorUpdate.ADAM
             )
-        return PriorUpdate.parse(self.prior_update, "prior_update")
+        return self.prior_update
 
     def steps_priors_by_adam(self) -> bool:
         """Whether the evidence rounds take Adam steps on the log precisions (the steps
