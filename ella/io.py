@@ -9,15 +9,11 @@ import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import torch
 
 from ella.errors import CheckpointError
-from ella.migrations import upgrade
-
-if TYPE_CHECKING:
-    from ella.config import Config
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -67,48 +63,6 @@ def save_json(obj: Any, path: Path) -> None:
 def save_jsonl(rows: list[dict], path: Path) -> None:
     """One strict JSON object per line (:func:`strict_json`), written atomically."""
     save_text("".join(json.dumps(strict_json(r), allow_nan=False) + "\n" for r in rows), path)
-
-
-def config_differences(saved: dict, config: Config) -> list[str]:
-    """The options that define the run (:meth:`~ella.config.Config.run_dict`) on which the
-    ``saved`` configuration (a dict) differs from ``config``, sorted. An option added after
-    it was saved counts as what ella did before the option existed
-    (:func:`ella.migrations.upgrade`): its default, unless :data:`ella.migrations.ABSENT_MEANS`
-    says otherwise."""
-    want = config.run_dict()
-    saved = upgrade(saved, type(config))
-    defaults = type(config)().run_dict()
-    return sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
-
-
-def load_checkpoint(path: Path, config: Config) -> dict:
-    """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
-
-    Args:
-        path: the checkpoint file (a dict with a ``"config"`` entry).
-        config: the resuming run's configuration (a :class:`~ella.config.Config`); only
-            the options that define the run are compared (``data_dir``, ``device`` and
-            ``progress`` may differ); an option the saved configuration lacks (added
-            to ella later) is compared as its default.
-
-    Raises:
-        CheckpointError: no checkpoint at ``path``, a corrupt one, or one whose saved
-            configuration differs; the message names the keys.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"--resume: no checkpoint at {path}")
-    ckpt = load_torch(path, fix="restore it from a copy, or start the run again with --overwrite")
-    saved = ckpt.get("config") if isinstance(ckpt, dict) else None
-    if not isinstance(saved, dict):
-        raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
-    changed = config_differences(saved, config)
-    if changed:
-        raise CheckpointError(
-            f"--resume: the configuration differs from the checkpoint's in {changed}; "
-            "resume with the same options or start a new run directory"
-        )
-    return ckpt
 
 
 #: what torch's weights-only unpickler says of a file that pickles a class or function

@@ -7,7 +7,7 @@ means that older behaviour: a run made then must build the same network, resume 
 the same recipe and compare equal to its own checkpoint. :data:`ABSENT_MEANS` holds
 those meanings, one table per configuration class, and :func:`upgrade` fills them into
 a saved configuration before it is read (:meth:`ella.config.Config.from_dict`,
-:func:`ella.io.config_differences`). An absent option not listed means its default.
+:func:`ella.rundir.config_differences`). An absent option not listed means its default.
 
 Options are only ever added, never renamed or removed, so an absent key is the only
 difference an older configuration can have.

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ella.ensembles.config import EnsembleConfig
-from ella.io import config_differences
 from ella.migrations import ABSENT_MEANS, absent_means, upgrade
+from ella.rundir import config_differences
 from ella.train.config import TrainConfig
 from ella.train.fit import FitConfig
 

@@ -33,13 +33,14 @@ from ella.engine.health import new_collapse
 from ella.engine.schedule import cosine_lr
 from ella.engine.streams import Stream, epoch_generator, epoch_seed
 from ella.errors import CheckpointError, ConfigError, InputDataError, TrainingDivergedError
-from ella.io import load_checkpoint, save_jsonl, save_torch
+from ella.io import save_jsonl, save_torch
 from ella.rundir import (
     CHECKPOINT,
     METRICS,
     RESULTS,
     begin_run,
     checkpoint_note,
+    load_checkpoint,
     read_json,
     resume_note,
     run_lock,

@@ -133,7 +133,7 @@ def test_trainer_controls_the_subset_curvature(tmp_path):
 
 
 def test_a_run_records_the_control_per_round_and_resumes_it(tmp_path):
-    from ella.io import load_checkpoint
+    from ella.rundir import load_checkpoint
     from ella.train import TrainConfig, Trainer
 
     cfg = TrainConfig(model="mlp", train_size=64, test_size=16, width=1, progress=False,
