@@ -354,7 +354,7 @@ def load_checkpoint(path: Path, config: Config) -> dict:
         config: the resuming run's configuration (a :class:`~ella.config.Config`); only
             the options that define the run are compared (``data_dir``, ``device`` and
             ``progress`` may differ); an option the saved configuration lacks (added
-            to ella later) is compared as its default.
+            to ella later) is compared as what it meant then (:func:`config_differences`).
 
     Raises:
         CheckpointError: no checkpoint at ``path``, a corrupt one, or one whose saved

@@ -790,9 +790,8 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
         paths = check_selectable(run_dir, SELECT_EPOCHS)
     except EllaError:
         return None
-    record = None
-    if (Path(run_dir) / PATH_SELECTION).is_file():
-        record = read_json(Path(run_dir) / PATH_SELECTION, "path selection")
+    path = Path(run_dir) / PATH_SELECTION
+    record = read_json(path, "path selection") if path.is_file() else None
     if record is not None and record.get("finished"):
         return f"{_answer(record)}\n{SHARES_NOTE}"
     if record is not None and record.get("rounds"):

@@ -29,17 +29,17 @@ LOOP_CONTROL = SubsetControl.TRAINING
 @dataclass(frozen=True)
 class EvidenceRounds:
     """What an evidence round fits the evidence on (the round policy of
-    :meth:`ella.learner.PriorLearner.evidence_round`): by default a class-balanced subset of 500
-    examples with the ``forward`` control variate, which needs nothing from the caller's
-    training loop (``ella train`` and :func:`ella.fit` pass :data:`LOOP_CONTROL`).
+    :meth:`ella.learner.PriorLearner.evidence_round`): by default a class-balanced subset
+    with the ``forward`` control variate, which needs nothing from the caller's training
+    loop (``ella train`` and :func:`ella.fit` pass :data:`LOOP_CONTROL`).
 
     A round draws a fresh class-balanced subset of ``subset_size`` training examples (a
     function of ``seed`` and the epoch; all of them where ``subset_size`` is ``None`` or
     at least ``N``), fits the GGN on it in batches of ``batch_size``, scales its
     likelihood to ``N`` and its curvature by the control variate of ``control``
     (:func:`ella.marglik.control.curvature_ratio`), and moves the precisions
-    (:meth:`ella.learner.PriorLearner.hyper_steps`; ``n_hypersteps`` Adam steps where the update is
-    Adam's).
+    (:meth:`ella.learner.PriorLearner.hyper_steps`; ``n_hypersteps`` Adam steps where the
+    update is Adam's).
 
     Attributes:
         subset_size: ``M``, the examples of one round, or ``None`` for all.

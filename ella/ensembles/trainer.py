@@ -239,12 +239,10 @@ class EnsembleTrainer(EpochRun):
             theta = self.ensemble.flat_parameters()
             terms["prior"] = 0.5 * cfg.weight_decay * theta.square().sum()
         if phi is not None:
-            if (
-                sharded and cfg.method != EnsembleMethod.WEIGHT_RDE
-            ):  # features per image: gather them
-                force = self._global_force(
-                    phi, n_global, per_image=cfg.method == EnsembleMethod.FORDE
-                )
+            # features of the images (not the weights): gather them over the processes
+            if sharded and cfg.method != EnsembleMethod.WEIGHT_RDE:
+                forde = cfg.method == EnsembleMethod.FORDE
+                force = self._global_force(phi, n_global, per_image=forde)
                 terms["repulsion"] = self.repulsion_scale * (phi * force).sum() * world.size
             else:  # one process, or the weights (the same on every process)
                 terms["repulsion"] = self.repulsion_scale * (phi * repulsion_force(phi)).sum()
