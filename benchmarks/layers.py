@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from benchmarks._common import environment, write_results
 from ella.cli.demo import PATH_SETS, time_forward_backward
+from ella.marglik import PerChannelView
 from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import FCPath, per_module_calls
@@ -42,19 +43,19 @@ class BlockDiagonalFC(nn.Module):
 
     def __init__(self, path: FCPath):
         super().__init__()
-        ci, co = len(path.pixel_maps), len(path.channel_maps)
-        s_in = path.pixel_maps[0].in_features
-        s_out = path.channel_maps[0].out_features
+        ci, co = path.pixel_maps.channels, path.channel_maps.channels
+        s_in = path.pixel_maps.in_features
+        s_out = path.channel_maps.out_features
         self.ci, self.co, self.out_shape = ci, co, (path.out_channels, *path.out_size)
         self.stage1 = nn.Linear(ci * s_in, co, bias=False)
         self.stage2 = nn.Linear(co * ci, s_out)
         with torch.no_grad():
-            self.stage1.weight.copy_(torch.cat([m.weight for m in path.pixel_maps], dim=1))
-            self.stage2.weight.copy_(torch.cat([m.weight for m in path.channel_maps], dim=1))
-            self.stage2.bias.copy_(path.channel_maps[0].bias)
+            u, v, bias = path.pixel_maps.weight, path.channel_maps.weight, path.channel_maps.bias
+            self.stage1.weight.copy_(u.transpose(0, 1).reshape(co, ci * s_in))
+            self.stage2.weight.copy_(v.transpose(0, 1).reshape(s_out, co * ci))
+            self.stage2.bias.copy_(bias[0])
             # ella has one bias per (channel, pixel); the block layout one per pixel.
-            for m in path.channel_maps:
-                m.bias.copy_(path.channel_maps[0].bias)
+            bias.copy_(bias[:1].expand_as(bias))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         b = z.shape[0]
@@ -83,7 +84,7 @@ def laplace_seconds(model: nn.Module, z: torch.Tensor, y: torch.Tensor) -> tuple
     """Seconds for a KFAC fit plus one log marglik, and the number of factor entries."""
     loader = DataLoader(TensorDataset(z, y), batch_size=128)
     start = time.perf_counter()
-    la = KronLaplace(model, "classification", backend=AsdlGGN)
+    la = KronLaplace(PerChannelView(model).sync(), "classification", backend=AsdlGGN)
     with per_module_calls():  # ASDL hooks module calls: the FC path's per-channel layout
         la.fit(loader, progress_bar=False)
     la.log_marginal_likelihood()

@@ -46,7 +46,7 @@ def effective_parameter_report(
         effective_parameters(eigs, delta)
         for eigs, delta in zip(evidence.block_eigenvalues(), per_tensor, strict=True)
     ]
-    groups = PriorStructure(model, "layer_path").tensor_groups
+    groups = PriorStructure(evidence.view.network, "layer_path").tensor_groups
     layers, others = aggregate(groups, effective, evidence.prior.numels, per_tensor)
     relative = relative_effective(
         evidence.prior.param_names, groups, effective, evidence.prior.numels

@@ -16,6 +16,7 @@ from ella.marglik.evidence import (
 )
 from ella.marglik.kept import kept_log_evidence, tensor_terms
 from ella.marglik.null import class_frequency_model
+from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
 from ella.marglik.priors import PriorMode, PriorStructure
 from ella.marglik.response import laplace_response
 
@@ -24,6 +25,8 @@ __all__ = [
     "HessianStructure",
     "KronEvidenceTerms",
     "LaplaceEvidence",
+    "PerChannelFCPath",
+    "PerChannelView",
     "PriorMode",
     "PriorStructure",
     "UnsupportedModuleError",

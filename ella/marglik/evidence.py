@@ -45,6 +45,7 @@ from ella.marglik.laplace_internals import (
     sum_factors,
 )
 from ella.marglik.native import NativeGGN
+from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
 from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
@@ -499,7 +500,10 @@ class LaplaceEvidence:
         prior_mean: torch.Tensor | None = None,
     ):
         self.model = model
-        self.prior = prior
+        #: the network as the curvature backends see it (per-channel FC maps)
+        self.view = PerChannelView(model)
+        #: ``prior`` over the view's tensors: the groups and their order are ``prior``'s
+        self.prior = self.view.prior(prior)
         self.prior_mean = prior_mean  # (n_params,) or None: zero
         self.likelihood = likelihood
         self.structure = HessianStructure.parse(structure, "Hessian structure")
@@ -525,7 +529,7 @@ class LaplaceEvidence:
             )
         self._terms: KronEvidenceTerms | None = None
         if self.structure == HessianStructure.KRON:
-            check_supported(model)
+            check_supported(self.view.network)
         check_memory(model, self.structure)
         self._la = None
 
@@ -594,11 +598,11 @@ class LaplaceEvidence:
             raise ConfigError("a data-parallel evidence fit needs the Kronecker Hessian (kron)")
         cls = _LAPLACE[self.structure]
         la = cls(
-            self.model,
+            self.view.sync(),
             self.likelihood,
             sigma_noise=self.sigma_noise,
             prior_precision=torch.ones(self.prior.n_tensors),
-            prior_mean=0.0 if self.prior_mean is None else self.prior_mean,
+            prior_mean=0.0 if self.prior_mean is None else self.view.vector(self.prior_mean),
             backend=_BACKENDS[self.backend],
             backend_kwargs=self._backend_options(),
         )

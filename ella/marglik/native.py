@@ -12,8 +12,9 @@ weights, Eschenhagen et al., NeurIPS 2023), computed differently:
   one block whose input and output are caught by forward hooks; a CONV or
   GCONV filter shared over group copies and positions sees them as extra rows
   ("expand"), exactly as ASDL sees the folded batch;
-* a factorised :class:`~ella.nn.FCPath` is handled as a whole: its two stages
-  are two ``bmm`` over stacked weights, and the factors of all its
+* a factorised FC path, as the evidence sees it
+  (:class:`~ella.marglik.per_channel.PerChannelFCPath`), is handled as a whole: its two
+  stages are two ``bmm`` over stacked weights, and the factors of all its
   ``2 C`` per-channel modules come from four batched products (no module is
   called or hooked one by one), which is what makes the fit cheap;
 * the GGN's square root ``J^T L^{1/2}`` enters one column at a time (``K - 1``
@@ -43,12 +44,13 @@ from laplace.curvature import CurvatureInterface
 from laplace.utils.matrix import Kron
 from torch import nn
 
-from ella.choices import FCMode, GConvMode, Likelihood
+from ella.choices import GConvMode, Likelihood
 from ella.errors import EvidenceError
 from ella.groups import Group
 from ella.marglik.laplace_internals import mark_permuted, own_copies
+from ella.marglik.per_channel import PerChannelFCPath
 from ella.marglik.support import UnsupportedModuleError, check_supported
-from ella.nn.paths import FCPath, GConvPath, ResidualConvPath, adds_filters, fusable_paths
+from ella.nn.paths import GConvPath, ResidualConvPath, adds_filters, fusable_paths
 from ella.nn.relaxed import RelaxedLayer
 
 __all__ = ["NativeGGN", "curvature_blocks", "stratified_root"]
@@ -394,7 +396,7 @@ class _FCPathBlock:
     of the four 784 x 784 products and eigendecompositions of the first layer.
     """
 
-    def __init__(self, path: FCPath):
+    def __init__(self, path: PerChannelFCPath):
         self.path = path
         self.permutations = pixel_permutations(path.group, path.in_size)
         self.copies_permuted = False  # this batch's pixel sums are copy 0's only
@@ -497,7 +499,7 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
                 owners += trainable_in(path)
             continue
         trainable = [p for p in m.parameters(recurse=False) if p.requires_grad]
-        if isinstance(m, FCPath) and m.mode == FCMode.FACTORIZED:
+        if isinstance(m, PerChannelFCPath):
             if trainable_in(m):
                 handled.update(id(c) for c in m.modules())
                 blocks.append(_FCPathBlock(m))

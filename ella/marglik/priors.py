@@ -18,6 +18,8 @@ Structures (:class:`PriorMode`):
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -67,9 +69,22 @@ class PriorStructure:
         else:
             layers = _relaxed_layers(model)
             groups = [_group_of(n, layers) for n in self.param_names]
+        self._group(groups)
+
+    def _group(self, groups: list[str]) -> None:
+        """Set :attr:`names` and :attr:`index` from each tensor's group name."""
         self.names: list[str] = list(dict.fromkeys(groups))
         position = {g: i for i, g in enumerate(self.names)}
         self.index = torch.tensor([position[g] for g in groups], dtype=torch.long)
+
+    def regrouped(self, groups: list[str], names: list[str]) -> PriorStructure:
+        """The same tensors in the given groups (one per tensor), whose names in order of
+        first appearance must be ``names`` (another structure's groups, checked)."""
+        other = copy.copy(self)
+        other._group(groups)
+        if other.names != list(names):
+            raise ValueError(f"the groups {other.names} are not {list(names)}")
+        return other
 
     @property
     def n_groups(self) -> int:

@@ -36,6 +36,13 @@ def check_supported(model: nn.Module) -> None:
         if any(p.requires_grad for p in m.parameters(recurse=False))
         and not isinstance(m, SUPPORTED_MODULES)
     ]
+    stacked = [b for b in bad if b.endswith("(BatchedLinear)")]
+    if stacked:
+        raise UnsupportedModuleError(
+            f"{', '.join(stacked)}: an FC path's stacked maps are one Kronecker block per "
+            "channel; fit the evidence on ella.marglik.PerChannelView(model).network "
+            "(LaplaceEvidence does)"
+        )
     if bad:
         raise UnsupportedModuleError(
             "the Kronecker-factored evidence supports parameters of nn.Linear and nn.Conv2d "

@@ -1,11 +1,12 @@
 """The four kinds of path of a relaxed layer, on lifted tensors (B, |G|, C, H, W).
 
-Every parameter is the weight or bias of an ``nn.Linear`` or ``nn.Conv2d``
-called as ``module(x)``; symmetry lives in parameter-free reshapes and
-gathers around those modules. This is what lets the stock Kronecker-factored
-curvature backends of laplace-torch (ASDL, Curvlinops) handle every path:
-sharing a filter over the group copies is presented to them as a larger batch
-(KFAC "expand" over the group axis).
+Every parameter is the weight or bias of an ``nn.Linear``, an ``nn.Conv2d`` or an
+FC path's :class:`~ella.nn.batched.BatchedLinear` (one linear map per channel);
+symmetry lives in parameter-free reshapes and gathers around those modules. This
+is what lets the Kronecker-factored curvature backends handle every path: sharing a
+filter over the group copies is presented to them as a larger batch (KFAC "expand"
+over the group axis), and the evidence sees an FC stage's maps as one ``nn.Linear``
+per channel (:mod:`ella.marglik.per_channel`).
 
 Paths (van der Ouderaa et al., "Learning Layer-wise Equivariances
 Automatically using Gradients", NeurIPS 2023, Sec. 3):
@@ -36,6 +37,7 @@ from torch import nn
 from ella.choices import Downsampling, FCMode, GConvMode
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
+from ella.nn.batched import BatchedLinear
 from ella.nn.downsample import downsample as downsample_by
 from ella.nn.padding import circular_pad
 
@@ -44,16 +46,15 @@ _module_calls = 0  # > 0 inside per_module_calls()
 
 @contextmanager
 def per_module_calls() -> Iterator[None]:
-    """Run every path as calls of its own modules (``module(x)``).
+    """Run every convolution path as a call of its own ``Conv2d`` (``module(x)``).
 
-    By default :class:`FCPath` computes its forward with two batched matrix products (``bmm``) over
-    the stacked weights of its per-channel ``nn.Linear`` modules, a constant number
-    of operations whatever the channel count, and a layer's CONV and full GCONV
-    paths share one convolution (:func:`convolve_paths`). Curvature backends that
-    hook module calls (ASDL, Curvlinops, :mod:`ella.invariance.kfac`) need every
-    module called; inside this context the FC paths call their per-channel modules
-    one by one and each CONV/GCONV path calls its ``Conv2d``, with the same outputs
-    (up to float rounding) and the same parameters. Re-entrant.
+    By default a layer's CONV, full GCONV and residual paths share one convolution
+    (:func:`convolve_paths`). Curvature backends that hook module calls (ASDL,
+    Curvlinops, :mod:`ella.invariance.kfac`) need every module called; inside this
+    context each path calls its ``Conv2d``, with the same outputs (up to float
+    rounding) and the same parameters, and the per-channel FC paths of
+    :mod:`ella.marglik.per_channel` call their ``nn.Linear`` modules one by one.
+    Re-entrant.
     """
     global _module_calls
     _module_calls += 1
@@ -429,11 +430,15 @@ class FCPath(Path):
     ``W[o, i, y, x] = sum_r V[y, (o, i, r)] U[(o, r), (i, x)]`` in two stages; with
     ``rank=1`` (default) it is ``V[y, (o, i)] U[o, (i, x)]``, the ELLA paper's:
 
-    1. for every input channel ``i``, ``nn.Linear(S_in, C_o R, bias=False)``
-       (output ``o R + r``) gives ``t[:, o, i, r] = sum_x U[o, r, i, x] z[i, x]``;
-    2. for every output channel ``o``, ``nn.Linear(C_i R, S_out)`` (input
-       ``i R + r``, bias per output pixel) gives
-       ``out[o, y] = sum_(i, r) V[y, o, i, r] t[o, i, r] + b[o, y]``.
+    1. ``pixel_maps``, one linear map ``S_in -> C_o R`` per input channel ``i``
+       (output ``o R + r``): ``t[:, o, i, r] = sum_x U[i, o R + r, x] z[i, x]``;
+    2. ``channel_maps``, one linear map ``C_i R -> S_out`` per output channel ``o``
+       (input ``i R + r``, a bias per output pixel):
+       ``out[o, y] = sum_(i, r) V[o, y, i R + r] t[o, i, r] + b[o, y]``.
+
+    Each stage is a :class:`~ella.nn.batched.BatchedLinear`: ``pixel_maps.weight`` is
+    ``U`` (C_i, C_o R, S_in), ``channel_maps.weight`` is ``V`` (C_o, S_out, C_i R) and
+    ``channel_maps.bias`` (C_o, S_out); each stage runs as one ``bmm``.
 
     That is ``R C_i C_o (S_in + S_out) + C_o S_out`` parameters instead of
     ``C_i C_o S_in S_out``. Each output channel is a combination of ``R C_i``
@@ -441,15 +446,19 @@ class FCPath(Path):
     channel (the trivial group's first layer) and ``R = 1`` the whole image
     reaches output channel ``o`` as one number; ``rank`` widens that bottleneck.
 
-    Using one linear map per channel (rather than a single ``nn.Linear`` on
-    block-diagonal inputs, as the reference code does) gives KFAC blocks of size
-    ``S_in^2`` and ``C_o R`` squared per input channel and
-    ``(C_i R)^2`` and ``S_out^2`` per output channel, instead of one dense
-    ``(C_i S_in)^2`` input factor, and it never materialises the
-    block-diagonal input of ``B C_i^2 S_in`` numbers, so the factors hold fewer entries
-    and the KFAC fit is faster (``python -m benchmarks.layers`` measures both layouts).
+    Separate maps per channel (rather than one linear map on block-diagonal inputs, as the
+    reference code does) give KFAC blocks of size ``S_in^2`` and ``(C_o R)^2`` per input
+    channel and ``(C_i R)^2`` and ``S_out^2`` per output channel, instead of one dense
+    ``(C_i S_in)^2`` input factor, and never materialise the block-diagonal input of
+    ``B C_i^2 S_in`` numbers (``python -m benchmarks.layers`` measures both layouts). The
+    evidence sees every channel's map as a tensor of its own
+    (:class:`ella.marglik.per_channel.PerChannelFCPath`).
 
     ``mode="dense"``: one ``nn.Linear(C_i S_in, C_o S_out)``; only for small sizes.
+
+    A state dict in the layout of one ``nn.Linear`` per channel
+    (``pixel_maps.<i>.weight``, ``channel_maps.<o>.weight`` and ``.bias``, ella 0.2 and
+    earlier) loads: its tensors are stacked.
 
     Args:
         rank: ``R``, the projections per pair of input and output channels
@@ -472,8 +481,6 @@ class FCPath(Path):
             raise ValueError(f"FCPath rank must be >= 1 (1 in dense mode), got {rank}")
         self.mode = mode
         self.rank = rank
-        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the stages
-        self._capture: dict[str, torch.Tensor] | None = None
         g = self.group.order
         c_in, c_out = g * in_channels, g * out_channels
         s_in = self.in_size[0] * self.in_size[1]
@@ -482,31 +489,23 @@ class FCPath(Path):
             self.linear = nn.Linear(c_in * s_in, c_out * s_out)
             nn.init.normal_(self.linear.weight, std=math.sqrt(2.0 / (c_in * s_in)))
             nn.init.zeros_(self.linear.bias)
-        else:
-            # Variance preserving: Var[t] = Var[z]; Var[out] = 2 Var[z] (ReLU gain).
-            self.pixel_maps = nn.ModuleList(
-                [nn.Linear(s_in, c_out * rank, bias=False) for _ in range(c_in)]
-            )
-            self.channel_maps = nn.ModuleList([nn.Linear(c_in * rank, s_out) for _ in range(c_out)])
-            for lin in self.pixel_maps:
-                nn.init.normal_(lin.weight, std=math.sqrt(1.0 / s_in))
-            for lin in self.channel_maps:
-                nn.init.normal_(lin.weight, std=math.sqrt(2.0 / (c_in * rank)))
-                nn.init.zeros_(lin.bias)
+            return
+        self.pixel_maps = BatchedLinear(c_in, s_in, c_out * rank, bias=False)
+        self.channel_maps = BatchedLinear(c_out, c_in * rank, s_out)
+        # Variance preserving: Var[t] = Var[z]; Var[out] = 2 Var[z] (ReLU gain). Map by map,
+        # as the per-channel modules of earlier versions drew theirs: seeded runs repeat.
+        with torch.no_grad():
+            for weight in self.pixel_maps.weight:
+                nn.init.normal_(weight, std=math.sqrt(1.0 / s_in))
+            for weight in self.channel_maps.weight:
+                nn.init.normal_(weight, std=math.sqrt(2.0 / (c_in * rank)))
+            self.channel_maps.bias.zero_()
+        self.register_load_state_dict_pre_hook(_stack_per_channel_entries)
 
     def output_parameters(self) -> list[nn.Parameter]:
-        """Stage 2: every output channel's ``V`` and bias (dense mode: the whole map)."""
-        maps = [self.linear] if self.mode == FCMode.DENSE else list(self.channel_maps)
-        return [p for lin in maps for p in (lin.weight, lin.bias)]
-
-    def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The factorised weights stacked: ``U`` (C_i, C_o R, S_in), ``V`` (C_o, S_out,
-        C_i R) and the bias (C_o, S_out); differentiable in the per-channel modules'
-        parameters."""
-        u = torch.stack([m.weight for m in self.pixel_maps])
-        v = torch.stack([m.weight for m in self.channel_maps])
-        bias = torch.stack([m.bias for m in self.channel_maps])
-        return u, v, bias
+        """Stage 2: ``V`` and its bias (dense mode: the whole map)."""
+        stage = self.linear if self.mode == FCMode.DENSE else self.channel_maps
+        return [stage.weight, stage.bias]
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
@@ -515,37 +514,42 @@ class FCPath(Path):
         if self.mode == FCMode.DENSE:
             out = self.linear(x.reshape(b, -1))
         else:
-            rows = x.transpose(0, 1)  # (C_i, B, S_in): channel-major, as bmm batches them
-            if module_calls_active():  # one module call per channel, as hooking backends need
-                stage1 = torch.stack([m(rows[i]) for i, m in enumerate(self.pixel_maps)])
-                mixed = self._by_output(stage1)
-                out = torch.stack([m(mixed[o]) for o, m in enumerate(self.channel_maps)])
-            else:
-                # bmm over contiguous channel-major operands: einsum on the batch-major
-                # layout handed bmm strided batches that it copied matrix by matrix
-                # the stacked weights' gradients made contiguous in one copy, so that each
-                # channel's slice is stolen by its .grad rather than copied there one by one
-                u, v, bias = (contiguous_grad(w) for w in self.stacked_weights())
-                rows = rows.contiguous()
-                stage1 = torch.bmm(rows, u.transpose(1, 2))  # (C_i, B, C_o R), all inputs
-                mixed = self._by_output(contiguous_grad(stage1))  # (C_o, B, C_i R)
-                out = torch.baddbmm(bias[:, None], mixed, v.transpose(1, 2))  # (C_o, B, S_out)
-                if self._capture is not None:  # for the native Kronecker factors
-                    self._capture.update(x=rows, stage1=stage1, mixed=mixed, out=out)
-                out = contiguous_grad(out)
-            out = out.transpose(0, 1)
+            # bmm over contiguous channel-major operands: einsum on the batch-major
+            # layout handed bmm strided batches that it copied matrix by matrix
+            rows = x.transpose(0, 1).contiguous()  # (C_i, B, S_in)
+            stage1 = self.pixel_maps(rows)  # (C_i, B, C_o R)
+            mixed = self._by_output(contiguous_grad(stage1))  # (C_o, B, C_i R)
+            out = contiguous_grad(self.channel_maps(mixed)).transpose(0, 1)  # (B, C_o, S_out)
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
     def _by_output(self, stage1: torch.Tensor) -> torch.Tensor:
         """Stage 1's outputs (C_i, B, C_o R), per input channel, as stage 2's inputs
         (C_o, B, C_i R), per output channel (input ``i R + r`` of channel ``o``)."""
-        c_i, b, _ = stage1.shape
-        mixed = stage1.reshape(c_i, b, -1, self.rank).permute(2, 1, 0, 3)  # (C_o, B, C_i, R)
-        return mixed.reshape(mixed.shape[0], b, c_i * self.rank).contiguous()
+        return by_output(stage1, self.rank)
 
     def extra_repr(self) -> str:
         rank = f", rank={self.rank}" if self.rank != 1 else ""
         return f"{super().extra_repr()}, mode={self.mode.value}{rank}"
+
+
+def by_output(stage1: torch.Tensor, rank: int) -> torch.Tensor:
+    """An FC path's stage-1 outputs (C_i, B, C_o R), per input channel, as its stage-2
+    inputs (C_o, B, C_i R), per output channel (input ``i R + r`` of channel ``o``)."""
+    c_i, b, _ = stage1.shape
+    mixed = stage1.reshape(c_i, b, -1, rank).permute(2, 1, 0, 3)  # (C_o, B, C_i, R)
+    return mixed.reshape(mixed.shape[0], b, c_i * rank).contiguous()
+
+
+def _stack_per_channel_entries(module, state_dict, prefix, *args) -> None:
+    """Stack a per-channel state dict's ``pixel_maps.<i>.weight``, ``channel_maps.<o>.weight``
+    and ``channel_maps.<o>.bias`` into the stages' tensors, in place (a load pre-hook)."""
+    for stage, names in (("pixel_maps", ("weight",)), ("channel_maps", ("weight", "bias"))):
+        for name in names:
+            keys = [f"{prefix}{stage}.{k}.{name}" for k in range(getattr(module, stage).channels)]
+            if all(key in state_dict for key in keys):
+                state_dict[f"{prefix}{stage}.{name}"] = torch.stack(
+                    [state_dict.pop(key) for key in keys]
+                )
 
 
 #: the paths whose convolutions :func:`convolve_paths` can run as one

@@ -143,7 +143,7 @@ def test_effective_parameters_of_a_fitted_model(float64):
     prior = PriorStructure(model, "tensor")
     evidence = LaplaceEvidence(model, prior)
     evidence.fit(tiny_data())
-    for eigs, size in zip(evidence.block_eigenvalues(), prior.numels, strict=True):
+    for eigs, size in zip(evidence.block_eigenvalues(), evidence.prior.numels, strict=True):
         assert eigs.numel() == size
         small, large = effective_parameters(eigs, 1e-12), effective_parameters(eigs, 1e9)
         assert 0 <= large <= effective_parameters(eigs, 1.0) <= small <= size

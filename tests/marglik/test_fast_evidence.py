@@ -64,7 +64,7 @@ def test_a_centred_prior_changes_only_the_scatter_term(float64):
     params = [p.detach().flatten() for p in zero.model.parameters()]
     mu = torch.split(centred.prior_mean, [p.numel() for p in params])
     log_delta = torch.linspace(-2.0, 1.0, zero.prior.n_groups)
-    delta = zero.prior.expand(log_delta.exp())
+    delta = PriorStructure(zero.model, "tensor").expand(log_delta.exp())  # the model's tensors
     shift = 0.5 * sum(
         d * (p.square().sum() - (p - m).square().sum())
         for d, p, m in zip(delta, params, mu, strict=True)

@@ -24,6 +24,7 @@ from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
 from ella.marglik.laplace_internals import kron_eigenvalues, kron_factors
 from ella.marglik.native import NativeGGN, _patches
+from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
 from ella.models import mixer
 from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer, ResidualConvPath
 
@@ -300,7 +301,7 @@ def test_group_copies_share_the_gconv_filter_as_expand(float64):
 
 
 def test_chunking_a_batch_changes_nothing(float64):
-    model = MODELS["C4 mixed"]()
+    model = PerChannelView(MODELS["C4 mixed"]()).network
     x, y = torch.randn(10, 1, 8, 8), torch.randint(10, (10,))
     results = []
     for chunk in (3, 128):
@@ -324,7 +325,7 @@ def test_a_graph_without_the_input_gives_the_same_factors(float64):
     """The factors are computed with the input, not the weights, in the graph; where a
     layer's output does not depend on the input differentiably the fit falls back to
     the weights' graph, with the same factors as without the cut."""
-    model = MODELS["C4 mixed"]()
+    model = PerChannelView(MODELS["C4 mixed"]()).network
     cut = nn.Sequential(DetachedInput(), model)
     x, y = torch.randn(6, 1, 8, 8), torch.randint(10, (6,))
     _, plain = NativeGGN(model, "classification").kron(x, y, N=6)
@@ -338,7 +339,8 @@ def test_a_fit_leaves_every_parameters_requires_grad_as_it_was(float64):
     model = MODELS["C4 mixed"]()
     model.layer1.paths["conv"].requires_grad_(False)  # a path the user froze
     before = {n: p.requires_grad for n, p in model.named_parameters()}
-    NativeGGN(model, "classification").kron(torch.randn(4, 1, 8, 8), torch.randint(10, (4,)), N=4)
+    network = PerChannelView(model).network
+    NativeGGN(network, "classification").kron(torch.randn(4, 1, 8, 8), torch.randint(10, (4,)), N=4)
     assert {n: p.requires_grad for n, p in model.named_parameters()} == before
     assert not all(before.values()) and any(before.values())
 
@@ -493,7 +495,7 @@ def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64, size):
     from ella.nn.paths import FCPath
 
     torch.manual_seed(0)
-    path = FCPath(1, 2, size, "C4")
+    path = PerChannelFCPath(FCPath(1, 2, size, "C4"))
     block = _FCPathBlock(path)
     lifted = Lift("C4")(torch.randn(5, 1, size, size))  # (5, 4, 1, s, s): copies permuted
     chunks = [lifted, lifted.flip(0), torch.randn(3, 4, 1, size, size)]
@@ -539,7 +541,7 @@ def test_fc_factors_from_upper_grams_equal_full_grams(float64, monkeypatch):
     same fit with every product full gives the same factors, chunks and batches."""
     from ella.marglik import native
 
-    model = mixer(1, 10, 24, "C4", width=1, blocks=((1, 1), (1, 2)))
+    model = PerChannelView(mixer(1, 10, 24, "C4", width=1, blocks=((1, 1), (1, 2)))).network
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(9, 1, 24, 24, generator=g), torch.randint(10, (9,), generator=g)
     results = []

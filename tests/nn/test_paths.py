@@ -58,9 +58,9 @@ def test_factorized_fc_equals_its_implied_dense_weight():
     """W[o, i, y, x] = V[y, (o, i)] U[o, (i, x)] (ELLA paper, Sec. 3): check the forward."""
     path = FCPath(2, 3, 4, "C4", stride=2)
     z = lifted("C4", c=2, size=4)
-    U = torch.stack([m.weight for m in path.pixel_maps], dim=1)  # (Co, Ci, S_in)
-    V = torch.stack([m.weight for m in path.channel_maps], dim=1)  # (S_out, Co, Ci)
-    bias = torch.stack([m.bias for m in path.channel_maps])  # (Co, S_out)
+    U = path.pixel_maps.weight.transpose(0, 1)  # (Co, Ci, S_in)
+    V = path.channel_maps.weight.transpose(0, 1)  # (S_out, Co, Ci)
+    bias = path.channel_maps.bias  # (Co, S_out)
     W = torch.einsum("yoi,oix->oiyx", V, U)
     expected = torch.einsum("oiyx,bix->boy", W, z.reshape(3, 8, 16)) + bias
     torch.testing.assert_close(path(z), expected.reshape(3, 4, 3, 2, 2))
@@ -74,14 +74,14 @@ def test_factorized_fc_of_rank_r_equals_its_implied_dense_weight(float64, group,
     g = path.group.order
     ci, co = g * c_in, g * c_out
     z = lifted(group, c=c_in, size=4)
-    U = torch.stack([m.weight for m in path.pixel_maps])  # (Ci, Co R, S_in)
-    V = torch.stack([m.weight for m in path.channel_maps])  # (Co, S_out, Ci R)
+    U = path.pixel_maps.weight  # (Ci, Co R, S_in)
+    V = path.channel_maps.weight  # (Co, S_out, Ci R)
     W = torch.zeros(co, ci, 4, 16)
     for o in range(co):
         for i in range(ci):
             for r in range(rank):
                 W[o, i] += torch.outer(V[o, :, i * rank + r], U[i, o * rank + r])
-    bias = torch.stack([m.bias for m in path.channel_maps])
+    bias = path.channel_maps.bias
     expected = torch.einsum("oiyx,bix->boy", W, z.reshape(3, ci, 16)) + bias
     torch.testing.assert_close(path(z), expected.reshape(3, g, c_out, 2, 2))
     # each (output, input) channel pair maps through R projections, not one
