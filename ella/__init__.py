@@ -27,7 +27,7 @@ Modules: ``groups`` (finite groups acting on images), ``testing``
 and ``errors``.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["FitConfig", "PriorLearner", "fit", "seed_epoch_order", "select"]
 
 

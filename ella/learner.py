@@ -302,8 +302,7 @@ class PriorLearner:
         return self._scales[1], self._scales[2]
 
     def _trainable(self) -> list[nn.Parameter]:
-        """The trainable tensors, in the order of :attr:`prior` (listed once: walking the
-        modules of a mixer's FC paths, about a thousand per layer, takes milliseconds)."""
+        """The trainable tensors, in the order of :attr:`prior` (listed once)."""
         if self._params is None:
             self._params = [p for p in self.model.parameters() if p.requires_grad]
         return self._params
@@ -325,7 +324,7 @@ class PriorLearner:
 
         Equal to backpropagating :meth:`penalty` with the data's loss (bit for bit with the
         prior centred at zero), in a few multi-tensor operations where autograd runs
-        several per tensor: ella's FC paths hold about a thousand tensors per layer.
+        several per tensor.
         """
         params = self._trainable()
         if self.prior_mean is not None:

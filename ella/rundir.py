@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ella import __version__
 from ella.errors import CheckpointError, RunDirectoryError
 from ella.io import load_torch, save_json
 from ella.migrations import upgrade
@@ -346,6 +348,32 @@ def config_differences(saved: dict, config: Config) -> list[str]:
     return sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
 
 
+#: a parameter of an FC path in the layout of one tensor per channel (ella 0.2 and earlier)
+_PER_CHANNEL_FC = re.compile(r"\.(pixel_maps|channel_maps)\.\d+\.(weight|bias)$")
+
+
+def check_fc_layout(ckpt: dict, path: Path) -> None:
+    """Refuse to resume a checkpoint whose FC paths hold one tensor per channel (ella 0.2 and
+    earlier): its weights load (``ella report``, ``select`` and ``export`` read them), but
+    its optimiser's state is per channel and cannot continue the stacked tensors.
+
+    Raises:
+        CheckpointError: naming the version that resumes it.
+    """
+    states = [v for v in ckpt.values() if isinstance(v, dict)]
+    states += [
+        s for v in ckpt.values() if isinstance(v, list | tuple) for s in v if isinstance(s, dict)
+    ]
+    if any(isinstance(k, str) and _PER_CHANNEL_FC.search(k) for s in states for k in s):
+        raise CheckpointError(
+            f"--resume: {path} was written by ella 0.2 or earlier, whose FC paths held one "
+            f"tensor per channel; ella {__version__} stacks them, and the optimiser's state "
+            "cannot be carried over. Finish the run with ella 0.2 (pip install "
+            "'ella-torch==0.2.*'), or start it again with --overwrite; ella report, select "
+            "and export read it as it is"
+        )
+
+
 def load_checkpoint(path: Path, config: Config) -> dict:
     """Read a run's checkpoint for ``--resume``, refusing one saved with another configuration.
 
@@ -367,6 +395,7 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     saved = ckpt.get("config") if isinstance(ckpt, dict) else None
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} is not a checkpoint of ella (it has no configuration)")
+    check_fc_layout(ckpt, path)
     changed = config_differences(saved, config)
     if changed:
         raise CheckpointError(

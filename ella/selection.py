@@ -341,7 +341,9 @@ def train_candidate(
         "kept": kept,
         "test_accuracy": metrics["accuracy"],
         "test_nll": metrics["nll"],
-        "log_evidence": kept_log_evidence(evidence, flags, optimum),
+        "log_evidence": kept_log_evidence(
+            evidence, dropped_flags(evidence.view.network, dropped), optimum
+        ),
         "log_likelihood": float(evidence.terms(optimum)["log_likelihood"]),
         "shares": mean_shares(net, evidence, optimum.exp()),
         "seconds": time.perf_counter() - began,

@@ -154,14 +154,14 @@ def analyse_run(run_dir: str, data_dir: str | None, images: int | None, ggn: str
         learner.log_prior.copy_(log_prior)
     torch.manual_seed(0)  # the labels of an MC GGN
     evidence = learner.fit(DataLoader(Subset(run.data.train, range(n)), batch_size=500))
-    names = evidence.prior.param_names
-    groups = PriorStructure(run.net, "layer_path").tensor_groups
+    groups = PriorStructure(evidence.view.network, "layer_path").tensor_groups
     terms = drop_terms(evidence, learner.log_prior, groups)
-    params = dict(run.net.named_parameters())
+    own = PriorStructure(run.net, "layer_path")  # the network's own tensors, to zero
+    names, params = own.param_names, dict(run.net.named_parameters())
     paths = [g for g in terms if g.rpartition(".")[2] in PATH_NAMES]
     rows = []
     for group in tqdm(paths, desc="paths dropped", leave=False):
-        members = [params[name] for name, g in zip(names, groups, strict=True) if g == group]
+        members = [params[n] for n, g in zip(names, own.tensor_groups, strict=True) if g == group]
         # on n of the N images; scaled to N as the evidence's terms are
         change = dropped_fit_change(run.model, x[:n], y[:n], members) * len(x) / n
         layer, _, path = group.rpartition(".")

@@ -34,13 +34,14 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from benchmarks._runner import RANDOM_START
-from ella.choices import PathName, PriorMode
+from ella.choices import PriorMode
 from ella.marglik import PriorStructure
+from ella.nn import PATH_NAMES
 from ella.report import effective_parameter_report
 from ella.train import TrainConfig, Trainer
 from ella.train.runs import load_run
 
-PATHS = tuple(PathName)
+PATHS = PATH_NAMES  # the relaxed layers of the runs read have these paths
 
 
 def mean_shares(report: dict) -> str:

@@ -35,6 +35,7 @@ from ella.choices import (
 from ella.config import MAX_SEED, Config, option
 from ella.engine.rounds import EvidenceRounds
 from ella.errors import ConfigError
+from ella.nn.batched import BatchedLinear
 from ella.nn.paths import FCPath, GConvPath
 
 
@@ -218,7 +219,12 @@ def fan_in(parameter: torch.Tensor) -> int:
     return math.prod(parameter.shape[1:]) if parameter.dim() > 1 else 1
 
 
-def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str, in_fc_path: bool = False) -> float:
+def lr_scale(
+    parameter: torch.Tensor,
+    scaling: LRScaling | str,
+    in_fc_path: bool = False,
+    fan: int | None = None,
+) -> float:
     """The factor on ``--lr`` of one tensor under ``scaling`` (see :class:`LRScaling`;
     ``auto`` is resolved by :meth:`OptimizerConfig.weight_lr_scaling`).
 
@@ -226,13 +232,28 @@ def lr_scale(parameter: torch.Tensor, scaling: LRScaling | str, in_fc_path: bool
         parameter: a weight or bias tensor.
         scaling: ``none``, ``fan_in`` or ``fan_in_fc``.
         in_fc_path: whether the tensor belongs to an FC path (read by ``fan_in_fc``).
+        fan: the tensor's fan-in where its shape does not tell it (the maps stacked in a
+            :class:`~ella.nn.batched.BatchedLinear`, :func:`stacked_fan_ins`);
+            ``None``: :func:`fan_in`.
     """
     scaling = LRScaling.parse(scaling, "lr_scaling")
     if scaling == LRScaling.AUTO:
         raise ValueError("lr_scale needs a resolved rule; resolve auto with weight_lr_scaling()")
     if scaling == LRScaling.NONE or (scaling == LRScaling.FAN_IN_FC and not in_fc_path):
         return 1.0
-    return min(1.0, FAN_IN_REFERENCE / fan_in(parameter))
+    return min(1.0, FAN_IN_REFERENCE / (fan_in(parameter) if fan is None else fan))
+
+
+def stacked_fan_ins(module: nn.Module) -> dict[int, int]:
+    """``{id: fan-in}`` of the tensors of every :class:`~ella.nn.batched.BatchedLinear` in
+    ``module``: a weight (K, out, in) is ``K`` maps of fan-in ``in``, a bias (K, out) has 1."""
+    fans = {}
+    for m in module.modules():
+        if isinstance(m, BatchedLinear):
+            fans[id(m.weight)] = m.in_features
+            if m.bias is not None:
+                fans[id(m.bias)] = 1
+    return fans
 
 
 def fc_path_parameters(module: nn.Module) -> set[int]:
@@ -257,8 +278,7 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     ``"lr_scale"``, which the learning-rate schedule multiplies in).
 
     The update runs in torch's ``foreach`` form (one call per operation over all
-    tensors; bit-identical to the per-tensor loop): ella's FC paths hold about a
-    thousand small tensors, over which the per-tensor loop is slow. torch's fused CPU
+    tensors; bit-identical to the per-tensor loop). torch's fused CPU
     kernel is faster still, but made one process with 2 threads and two processes with 1
     thread end 2.7e-4 apart in a log prior precision after two epochs (``foreach``:
     about 1e-6; ``tests/test_distributed.py``), so it is not used.
@@ -268,15 +288,16 @@ def make_optimizer(parameters, config: OptimizerConfig) -> torch.optim.Optimizer
     if isinstance(parameters, nn.Module):
         fc = fc_path_parameters(parameters)
         copies = gconv_path_parameters(parameters) if tied else {}
+        fans = stacked_fan_ins(parameters)
         parameters = parameters.parameters()
     elif scaling == LRScaling.FAN_IN_FC or tied:
         option = "--lr-scaling fan_in_fc" if scaling == LRScaling.FAN_IN_FC else "--gconv-lr"
         raise ValueError(f"{option} needs the model (an nn.Module), not its tensors")
     else:
-        fc, copies = set(), {}
+        fc, copies, fans = set(), {}, {}
     scaled: dict[float, list[torch.Tensor]] = {}
     for parameter in parameters:
-        scale = lr_scale(parameter, scaling, in_fc_path=id(parameter) in fc)
+        scale = lr_scale(parameter, scaling, id(parameter) in fc, fans.get(id(parameter)))
         scale *= copies.get(id(parameter), 1)
         scaled.setdefault(scale, []).append(parameter)
     groups = [
@@ -352,4 +373,5 @@ __all__ = [
     "gconv_path_parameters",
     "lr_scale",
     "make_optimizer",
+    "stacked_fan_ins",
 ]

@@ -16,16 +16,32 @@ checks).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ella.choices import GGN
 from ella.invariance.kfac import kron_factors, module_blocks
 from ella.invariance.model import InvariantClassifier
 from ella.marglik.evidence import check_n_data
+from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
 
 __all__ = ["InvarianceEvidence"]
+
+
+@contextlib.contextmanager
+def _network(model: InvariantClassifier, net: nn.Module) -> Iterator[None]:
+    """``model`` classifying with ``net`` (the evidence's view of its network) inside."""
+    own = model.net
+    model.net = net
+    try:
+        yield
+    finally:
+        model.net = own
 
 
 class InvarianceEvidence:
@@ -46,13 +62,15 @@ class InvarianceEvidence:
     def __init__(self, model: InvariantClassifier, prior: PriorStructure, ggn: str = "exact"):
         ggn = GGN.parse(ggn, "GGN type").for_backend("native")  # ella's own factors
         self.model = model
-        self.prior = prior
+        #: the network as the factors see it (per-channel FC maps)
+        self.view = PerChannelView(model.net)
+        self.prior = self.view.prior(prior)
         self.ggn = ggn
-        self.blocks = module_blocks(model.net)
+        self.blocks = module_blocks(self.view.network)
         n_tensors = sum(1 + (m.bias is not None) for _, m in self.blocks)
-        if n_tensors != prior.n_tensors:
+        if n_tensors != self.prior.n_tensors:
             raise ValueError(
-                f"the prior has {prior.n_tensors} tensors but the network's Linear/Conv2d "
+                f"the prior has {self.prior.n_tensors} tensors but the network's Linear/Conv2d "
                 f"modules have {n_tensors}; build the PriorStructure from model.net"
             )
         self._eigenvalues: list[torch.Tensor] | None = None
@@ -95,12 +113,13 @@ class InvarianceEvidence:
         nll = 0.0
         a_sums: list | None = None
         g_sums: list | None = None
+        net = self.view.sync()
         for i in range(0, n, batch_size):
             xb, yb = x[i : i + batch_size], y[i : i + batch_size]
             eb = eps[i * samples : (i + batch_size) * samples]
-            with torch.enable_grad():
+            with torch.enable_grad(), _network(self.model, net):
                 logits, a_b, g_b = kron_factors(
-                    self.model.net,
+                    net,
                     lambda xb=xb, eb=eb: self.model(xb, eps=eb, eta=eta),
                     samples,
                     ggn=self.ggn,
@@ -115,7 +134,7 @@ class InvarianceEvidence:
             g_sums = g_b if g_sums is None else [s + t for s, t in zip(g_sums, g_b, strict=True)]
         scale = n_data / n
         delta = self.prior.expand(log_prior_precision.exp())
-        params = list(self.model.net.parameters())
+        params = list(net.parameters())
         log_det_posterior, eigenvalues, t = 0.0, [], 0
         for (_, module), a_sum, g_sum in zip(self.blocks, a_sums, g_sums, strict=True):
             lam_a = torch.linalg.eigvalsh(a_sum / n).clamp_min(0)

@@ -74,7 +74,7 @@ def module_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
         UnsupportedModuleError: if another module type holds parameters.
         ValueError: for conv settings these factors do not cover (groups, string padding).
     """
-    check_supported(model)
+    check_supported(model, stacked=False)
     modules = [
         (name, m)
         for name, m in model.named_modules()

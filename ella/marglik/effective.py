@@ -107,7 +107,8 @@ def relative_effective(
 
     For every path, its weight tensors (biases left out) are split into stages, the
     tensors that differ only in a channel index (an FC path's ``pixel_maps.*`` and its
-    ``channel_maps.*``; a CONV or GCONV path has one stage); a stage's ratio is its
+    ``channel_maps.*`` as the evidence sees them, :mod:`ella.marglik.per_channel`; a CONV
+    or GCONV path has one stage); a stage's ratio is its
     effective parameters over its parameters, the path's value is the mean over its
     stages, and the paths' values are normalised to sum to 100 in each layer. This is how
     the authors' analysis notebook computes the table (``tychovdo/ella``, notebook

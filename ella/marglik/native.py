@@ -469,7 +469,7 @@ def curvature_blocks(model: nn.Module) -> list[_ModuleBlock | _FCPathBlock | _Co
         UnsupportedModuleError: a parameter outside ``nn.Linear``/``nn.Conv2d``, a
             partly frozen module, or parameters in an order the blocks do not follow.
     """
-    check_supported(model)
+    check_supported(model, stacked=False)
     blocks: list[_ModuleBlock | _FCPathBlock | _ConvPathsBlock] = []
     handled: set[int] = set()  # modules handled by their path's or layer's block
     fused: dict[int, _ConvPathsBlock] = {}  # id of a fused path -> its layer's block

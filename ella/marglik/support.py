@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ella.errors import EllaError
+from ella.nn.batched import BatchedLinear
 
 __all__ = ["SUPPORTED_MODULES", "UnsupportedModuleError", "check_supported"]
 
@@ -15,9 +16,12 @@ class UnsupportedModuleError(EllaError, ValueError):
     """A parameter lives in a module the Kronecker-factored backends cannot handle."""
 
 
-def check_supported(model: nn.Module) -> None:
-    """Raise if a parameter is not the weight/bias of an ``nn.Linear`` or ``nn.Conv2d``,
-    or if a module has only some of its parameters frozen."""
+def check_supported(model: nn.Module, stacked: bool = True) -> None:
+    """Raise if a parameter is not the weight/bias of an ``nn.Linear`` or ``nn.Conv2d``
+    (or, where ``stacked``, of an FC path's :class:`~ella.nn.batched.BatchedLinear`, which
+    :class:`~ella.marglik.LaplaceEvidence` sees per channel), or if a module has only some
+    of its parameters frozen. A curvature backend called on the network itself passes
+    ``stacked=False``."""
     partial = []
     for name, m in model.named_modules():
         own = dict(m.named_parameters(recurse=False))
@@ -34,7 +38,7 @@ def check_supported(model: nn.Module) -> None:
         f"{name or '<model>'} ({type(m).__name__})"
         for name, m in model.named_modules()
         if any(p.requires_grad for p in m.parameters(recurse=False))
-        and not isinstance(m, SUPPORTED_MODULES)
+        and not isinstance(m, SUPPORTED_MODULES + ((BatchedLinear,) if stacked else ()))
     ]
     stacked = [b for b in bad if b.endswith("(BatchedLinear)")]
     if stacked:

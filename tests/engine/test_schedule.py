@@ -226,3 +226,18 @@ def test_the_evidence_rounds_defaults_are_stated_once():
     assert EvidenceRounds.from_config(ScheduleConfig()) == EvidenceRounds()
     for config in (TrainConfig(), FitConfig()):
         assert EvidenceRounds.from_config(config) == EvidenceRounds(control=LOOP_CONTROL)
+
+
+def test_stacked_fc_maps_are_scaled_by_each_maps_fan_in():
+    """An FC stage's maps stacked in one tensor get the rate each map had as an nn.Linear of
+    its own: the pixel maps' fan-in is the pixel count, the channel maps' the channel count."""
+    from ella.models import mixer
+
+    model = mixer(1, 10, 28, group="C4", width=1)
+    optimizer = make_optimizer(model, OptimizerConfig(optimizer="adam", lr_scaling="fan_in"))
+    scale_of = {id(p): g["lr_scale"] for g in optimizer.param_groups for p in g["params"]}
+    fc = model.layer1.paths.fc
+    assert scale_of[id(fc.pixel_maps.weight)] == pytest.approx(FAN_IN_REFERENCE / (28 * 28))
+    channel = min(1.0, FAN_IN_REFERENCE / fc.channel_maps.in_features)
+    assert scale_of[id(fc.channel_maps.weight)] == pytest.approx(channel)
+    assert scale_of[id(fc.channel_maps.bias)] == 1.0

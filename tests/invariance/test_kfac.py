@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella.invariance import InvarianceEvidence, InvariantClassifier
 from ella.invariance.kfac import module_blocks
-from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik import LaplaceEvidence, PerChannelView, PriorStructure, UnsupportedModuleError
 
 
 def small_cnn() -> nn.Module:
@@ -91,7 +91,9 @@ def test_mixer_modules_are_supported():
     from ella.models import mixer
 
     net = mixer(1, 3, 8, group="C4", paths=("fc", "conv", "gconv"), width=1)
-    assert len(module_blocks(net)) > 0
+    assert len(module_blocks(PerChannelView(net).network)) > 0
+    with pytest.raises(UnsupportedModuleError, match="PerChannelView"):
+        module_blocks(net)  # the stacked FC maps are a block per channel
     with pytest.raises(ValueError, match="groups=1"):
         module_blocks(nn.Sequential(nn.Conv2d(2, 2, 3, groups=2)))
 
@@ -113,7 +115,8 @@ def test_mixer_linear_blocks_match_stock_asdl():
     ours = InvarianceEvidence(model, prior)
     ours.log_marginal_likelihood(log_prior, x, y, eps)
     reference = stock(net, x, y, log_prior, prior)
-    owners = [m for _, m in module_blocks(net) for _ in range(1 + (m.bias is not None))]
+    blocks = module_blocks(ours.view.network)
+    owners = [m for _, m in blocks for _ in range(1 + (m.bias is not None))]
     compared = 0
     for owner, a, b in zip(
         owners, ours.block_eigenvalues(), reference.block_eigenvalues(), strict=True

@@ -1,5 +1,6 @@
-"""Every ella layer is supported by the stock KFAC backends of laplace-torch (which hook
-module calls: the FC paths then run one module per channel, ``per_module_calls``)."""
+"""Every ella layer is supported by the stock KFAC backends of laplace-torch on the
+network's per-channel view (``PerChannelView``: one ``nn.Linear`` per FC map), which hook
+module calls (``per_module_calls``)."""
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ from laplace import KronLaplace
 from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch.utils.data import DataLoader, TensorDataset
 
+from ella.marglik import PerChannelView
 from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import per_module_calls
@@ -15,7 +17,8 @@ from ella.nn import per_module_calls
 @pytest.mark.parametrize("gconv_mode", ["full", "shared"])
 @pytest.mark.parametrize("group", ["C4", "D4"])
 def test_kron_laplace_backends_agree(float64, gconv_mode, group):
-    model = mixer(1, 3, 6, group=group, width=1, blocks=((1, 1), (2, 2)), gconv_mode=gconv_mode)
+    net = mixer(1, 3, 6, group=group, width=1, blocks=((1, 1), (2, 2)), gconv_mode=gconv_mode)
+    model = PerChannelView(net).network
     x, y = torch.randn(12, 1, 6, 6), torch.randint(0, 3, (12,))
     loader = DataLoader(TensorDataset(x, y), batch_size=5)
     n_tensors = len(list(model.parameters()))
