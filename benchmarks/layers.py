@@ -84,8 +84,9 @@ def laplace_seconds(model: nn.Module, z: torch.Tensor, y: torch.Tensor) -> tuple
     """Seconds for a KFAC fit plus one log marglik, and the number of factor entries."""
     loader = DataLoader(TensorDataset(z, y), batch_size=128)
     start = time.perf_counter()
-    la = KronLaplace(PerChannelView(model).sync(), "classification", backend=AsdlGGN)
-    with per_module_calls():  # ASDL hooks module calls: the FC path's per-channel layout
+    network = PerChannelView(model).sync()  # one nn.Linear per FC map
+    la = KronLaplace(network, "classification", backend=AsdlGGN)
+    with per_module_calls(network):  # ASDL hooks module calls
         la.fit(loader, progress_bar=False)
     la.log_marginal_likelihood()
     seconds = time.perf_counter() - start

@@ -5,9 +5,9 @@ All in one process on the default model and data (``TrainConfig()``: the
 subset at 28x28), measured side by side because these machines are noisy:
 
 * the training step (forward + backward + Adam on a batch of 128), with the
-  batched forward (FC paths as ``einsum``, a layer's CONV and GCONV paths as one
+  batched forward (FC paths as ``bmm``, a layer's CONV and GCONV paths as one
   convolution) and with every module called on its own as before
-  (``ella.nn.per_module_calls``: per-channel FC loop, separate convolutions),
+  (``ella.nn.per_module_calls``: separate convolutions),
   and one epoch;
 * one evidence fit over the 1000 training images with the native backend
   (exact and MC GGN), timed in turns with the epochs (:func:`paired_native_fits`:
@@ -120,7 +120,7 @@ def step_timing(trainer: Trainer) -> dict:
     batched, looped = [], []
     for _ in range(2):  # interleaved rounds
         batched.append(median_seconds(step))
-        looped.append(median_seconds(lambda: step(per_module_calls)))
+        looped.append(median_seconds(lambda: step(lambda: per_module_calls(trainer.model))))
     return {
         "step_ms": 1e3 * min(batched),
         "step_ms_per_module_loop": 1e3 * min(looped),

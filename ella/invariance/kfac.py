@@ -155,7 +155,7 @@ def kron_factors(
 
     handles = [m.register_forward_hook(hook) for _, m in modules]
     try:
-        with per_module_calls():  # FC paths call their per-channel modules
+        with per_module_calls(model):  # each path calls its own modules
             logits = forward()
     finally:
         for h in handles:

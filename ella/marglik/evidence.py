@@ -651,7 +651,9 @@ class LaplaceEvidence:
 
     def _layout(self):
         """The stock backends hook module calls: run FC paths one module per channel."""
-        return nullcontext() if self.backend == Backend.NATIVE else per_module_calls()
+        if self.backend == Backend.NATIVE:
+            return nullcontext()
+        return per_module_calls(self.view.network)
 
     def _check_finite_curvature(self, la) -> None:
         if self.structure == HessianStructure.KRON:

@@ -212,16 +212,16 @@ def input_factor(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]
     return rows.T @ rows, 1
 
 
-class _Capture:
-    """Sets ``owner._capture`` to a fresh dict that the owner's forward fills (the FC
-    path's stages, a layer's convolution); :meth:`remove` ends the capture."""
+class _StageCapture:
+    """Sets a :class:`~ella.marglik.per_channel.PerChannelFCPath`'s ``_capture`` to a fresh
+    dict that its forward fills with the stages' tensors; :meth:`remove` ends it."""
 
-    def __init__(self, owner: nn.Module):
-        self.owner = owner
-        owner._capture = {}
+    def __init__(self, path: PerChannelFCPath):
+        self.path = path
+        path._capture = {}
 
     def remove(self) -> None:
-        self.owner._capture = None
+        self.path._capture = None
 
 
 class _ModuleBlock:
@@ -310,9 +310,10 @@ class _ConvPathsBlock:
       (``(G - 1) C_out`` rows, :class:`~ella.nn.ResidualConvPath`).
 
     Args:
-        owner: the module whose ``_capture`` :func:`convolve_paths` fills (a
-            :class:`~ella.nn.RelaxedLayer`, or a lone :class:`~ella.nn.GConvPath` or
-            :class:`~ella.nn.ResidualConvPath`).
+        owner: the module whose ``convolution`` (:class:`~ella.nn.paths.LiftedConvolution`)
+            runs the paths (a :class:`~ella.nn.RelaxedLayer`, or a lone
+            :class:`~ella.nn.GConvPath` or :class:`~ella.nn.ResidualConvPath`); a forward
+            hook on it reads the lifted input and the output.
         paths: the fused paths, in forward order.
         trainable: which of them get blocks (a frozen path has none).
     """
@@ -321,12 +322,17 @@ class _ConvPathsBlock:
         self.owner = owner
         self.paths = paths
         self.trainable = trainable
+        self.z: torch.Tensor | None = None  # the last forward's lifted input and output
+        self.out: torch.Tensor | None = None
 
     def hook(self) -> Any:
-        return _Capture(self.owner)
+        def record(module, inputs, output):
+            self.z, self.out = inputs[0], output
+
+        return self.owner.convolution.register_forward_hook(record)
 
     def outputs(self) -> list[torch.Tensor]:
-        return [self.owner._capture["out"]]
+        return [self.out]
 
     def output_factor(
         self, grads: list[torch.Tensor], into: list[torch.Tensor] | None = None
@@ -353,7 +359,7 @@ class _ConvPathsBlock:
         return factors
 
     def input_sums(self, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-        z = self.owner._capture["z"]  # (M, G, C_in, H, W)
+        z = self.z  # (M, G, C_in, H, W)
         m, g, c, h, w = z.shape
         a0, length = input_factor(self.paths[0].conv, z.reshape(m, g * c, h, w))
         a0 = a0 / length
@@ -402,7 +408,7 @@ class _FCPathBlock:
         self.copies_permuted = False  # this batch's pixel sums are copy 0's only
 
     def hook(self) -> Any:
-        return _Capture(self.path)
+        return _StageCapture(self.path)
 
     def outputs(self) -> list[torch.Tensor]:
         return [self.path._capture["stage1"], self.path._capture["out"]]

@@ -24,7 +24,7 @@ from torch import nn
 
 from ella.choices import FCMode
 from ella.marglik.priors import PriorStructure
-from ella.nn.paths import FCPath, Path, by_output, contiguous_grad, module_calls_active
+from ella.nn.paths import FCPath, Path, by_output, contiguous_grad
 
 __all__ = ["PerChannelFCPath", "PerChannelView"]
 
@@ -95,7 +95,7 @@ class PerChannelFCPath(Path):
         self.check_input(z)
         b, g, c, h, w = z.shape
         rows = z.reshape(b, g * c, h * w).transpose(0, 1)  # (C_i, B, S_in)
-        if module_calls_active():  # one module call per channel, as hooking backends need
+        if self.module_calls:  # one module call per channel, as hooking backends need
             stage1 = torch.stack([m(rows[i]) for i, m in enumerate(self.pixel_maps)])
             mixed = by_output(stage1, self.rank)
             out = torch.stack([m(mixed[o]) for o, m in enumerate(self.channel_maps)])

@@ -58,7 +58,7 @@ def path_output_shares(model: nn.Module, x: torch.Tensor) -> list[dict]:
 
             hooks.append(path.register_forward_hook(record))
     try:
-        with per_module_calls():
+        with per_module_calls(model):
             model(x)
     finally:
         for hook in hooks:

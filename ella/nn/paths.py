@@ -41,27 +41,28 @@ from ella.nn.batched import BatchedLinear
 from ella.nn.downsample import downsample as downsample_by
 from ella.nn.padding import circular_pad
 
-_module_calls = 0  # > 0 inside per_module_calls()
-
 
 @contextmanager
-def per_module_calls() -> Iterator[None]:
-    """Run every convolution path as a call of its own ``Conv2d`` (``module(x)``).
+def per_module_calls(model: nn.Module) -> Iterator[None]:
+    """Run every path of ``model`` as calls of its own modules (``module(x)``).
 
     By default a layer's CONV, full GCONV and residual paths share one convolution
     (:func:`convolve_paths`). Curvature backends that hook module calls (ASDL,
     Curvlinops, :mod:`ella.invariance.kfac`) need every module called; inside this
-    context each path calls its ``Conv2d``, with the same outputs (up to float
-    rounding) and the same parameters, and the per-channel FC paths of
-    :mod:`ella.marglik.per_channel` call their ``nn.Linear`` modules one by one.
-    Re-entrant.
+    context each path of ``model`` calls its ``Conv2d``, with the same outputs (up to
+    float rounding) and the same parameters, and the per-channel FC paths of
+    :mod:`ella.marglik.per_channel` call their ``nn.Linear`` modules one by one. It sets
+    each path's ``module_calls`` and restores it on exit, so it nests.
     """
-    global _module_calls
-    _module_calls += 1
+    paths = [m for m in model.modules() if isinstance(m, Path)]
+    before = [p.module_calls for p in paths]
+    for path in paths:
+        path.module_calls = True
     try:
         yield
     finally:
-        _module_calls -= 1
+        for path, flag in zip(paths, before, strict=True):
+            path.module_calls = flag
 
 
 class _ContiguousGrad(torch.autograd.Function):
@@ -98,11 +99,6 @@ def contiguous_grad(x: torch.Tensor) -> torch.Tensor:
     return _ContiguousGrad.apply(x)
 
 
-def module_calls_active() -> bool:
-    """Whether the caller is inside :func:`per_module_calls`."""
-    return _module_calls > 0
-
-
 class Path(nn.Module):
     """Common interface: a map (B, |G|, C_in, H, W) -> (B, |G|, C_out, H/s, W/s)."""
 
@@ -135,6 +131,8 @@ class Path(nn.Module):
             raise ValueError(f"stride 2 needs an even image size, got {self.in_size}")
         self.stride = stride
         self.downsample = Downsampling.parse(downsample, "downsample")
+        #: run as calls of its own modules, not fused (set by :func:`per_module_calls`)
+        self.module_calls = False
         self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
 
     def check_input(self, z: torch.Tensor) -> None:
@@ -284,8 +282,8 @@ class GConvPath(Path):
             )
         )
         _register_copy_order(self, self.group)
-        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
-        self._capture: dict[str, torch.Tensor] | None = None
+        #: the convolution this path runs as on its own (:func:`convolve_paths`)
+        self.convolution = LiftedConvolution()
 
     def output_parameters(self) -> list[nn.Parameter]:
         return [self.conv.weight, self.conv.bias]
@@ -305,7 +303,7 @@ class GConvPath(Path):
         self.check_input(z)
         b, g, c, h, w = z.shape
         if fusable_paths([self]):  # full mode, outside per_module_calls
-            return convolve_paths(z, [self], self._capture)
+            return convolve_paths(z, [self], self.convolution)
         full = self.mode == GConvMode.FULL
         z = _gathered_copies(z, self.gather) if full else z.reshape(b * g, c, h, w)
         out = self.conv(z).reshape(b, g, self.out_channels, h, w)
@@ -386,8 +384,8 @@ class ResidualConvPath(Path):
             )
         )
         _register_copy_order(self, self.group)
-        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
-        self._capture: dict[str, torch.Tensor] | None = None
+        #: the convolution this path runs as on its own (:func:`convolve_paths`)
+        self.convolution = LiftedConvolution()
 
     def output_parameters(self) -> list[nn.Parameter]:
         return [self.conv.weight, self.conv.bias]
@@ -416,7 +414,7 @@ class ResidualConvPath(Path):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         self.check_input(z)
         if fusable_paths([self]):  # outside per_module_calls
-            return convolve_paths(z, [self], self._capture)
+            return convolve_paths(z, [self], self.convolution)
         return self._downsample(self.mix_outputs(self.conv(_gathered_copies(z, self.gather))))
 
 
@@ -561,7 +559,8 @@ def fusable_paths(paths: Iterable[Path]) -> list[FusedPath]:
     as one convolution: all of them, unless their convolutions differ in kernel, padding,
     dilation or bias or are no ``Conv2d`` (only if changed by hand), or inside
     :func:`per_module_calls`."""
-    if module_calls_active():
+    paths = list(paths)
+    if any(p.module_calls for p in paths):
         return []
     chosen = [
         p
@@ -586,10 +585,34 @@ def adds_filters(paths: list[FusedPath]) -> bool:
     return len(paths) == 1 or paths[0].stride == 1
 
 
+class LiftedConvolution(nn.Module):
+    """One convolution over the lifted channels, a module without parameters: the one that
+    :func:`convolve_paths` runs for a layer's fused paths, so that a forward hook reads its
+    input ``z`` and output (the native Kronecker factors,
+    :class:`ella.marglik.native.NativeGGN`, do).
+
+    ``forward(z, weight, bias, like)``: lifted ``z`` (B, G, C_in, H, W) padded as ``like``
+    (an ``nn.Conv2d`` whose padding, padding mode and dilation it takes), convolved with
+    ``weight`` (C_out', G C_in, k, k) and ``bias`` (C_out',): (B, C_out', H, W).
+    """
+
+    def forward(
+        self, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, like: nn.Conv2d
+    ) -> torch.Tensor:
+        b, g, c, h, w = z.shape
+        x = z.reshape(b, g * c, h, w)
+        padding = like.padding
+        if like.padding_mode == "circular":  # the same values, a cheaper backward
+            x = circular_pad(x, like._reversed_padding_repeated_twice)
+            padding = 0
+        elif like.padding_mode != "zeros":
+            x = F.pad(x, like._reversed_padding_repeated_twice, mode=like.padding_mode)
+            padding = 0
+        return F.conv2d(x, weight, bias, padding=padding, dilation=like.dilation)
+
+
 def convolve_paths(
-    z: torch.Tensor,
-    paths: list[FusedPath],
-    capture: dict[str, torch.Tensor] | None = None,
+    z: torch.Tensor, paths: list[FusedPath], convolution: LiftedConvolution
 ) -> torch.Tensor:
     """The sum of the outputs of CONV, full GCONV and residual paths on the same input, from
     one convolution over the lifted channels.
@@ -606,23 +629,13 @@ def convolve_paths(
     Args:
         z: lifted input (B, G, C_in, H, W).
         paths: from :func:`fusable_paths` (same conv settings, same stride).
-        capture: if a dict, receives ``z`` and the convolution's output ``out``
-            (B, G C_out, H, W) for stride 1 or one path, else (B, P G C_out, H, W),
-            for the native Kronecker factors.
+        convolution: the owner's :class:`LiftedConvolution`, which runs it; its output is
+            (B, G C_out, H, W) for stride 1 or one path, else (B, P G C_out, H, W).
 
     Returns:
         (B, G, C_out, H / stride, W / stride).
     """
     b, g, c, h, w = z.shape
-    conv = paths[0].conv
-    x = z.reshape(b, g * c, h, w)
-    padding = conv.padding
-    if conv.padding_mode == "circular":  # the same values, a cheaper backward
-        x = circular_pad(x, conv._reversed_padding_repeated_twice)
-        padding = 0
-    elif conv.padding_mode != "zeros":
-        x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
-        padding = 0
     filters = [p.lifted_filter() for p in paths]
     if adds_filters(paths):
         weight, bias = filters[0]
@@ -631,9 +644,7 @@ def convolve_paths(
     else:
         weight = torch.cat([w_p for w_p, _ in filters])
         bias = torch.cat([b_p for _, b_p in filters])
-    out = F.conv2d(x, weight, bias, padding=padding, dilation=conv.dilation)
-    if capture is not None:
-        capture.update(z=z, out=out)
+    out = convolution(z, weight, bias, paths[0].conv)
     if adds_filters(paths):
         return paths[0]._downsample(out.reshape(b, g, paths[0].out_channels, h, w))
     parts = [

@@ -15,6 +15,7 @@ from ella.nn.paths import (
     ConvPath,
     FCPath,
     GConvPath,
+    LiftedConvolution,
     ResidualConvPath,
     convolve_paths,
     fusable_paths,
@@ -185,8 +186,8 @@ class RelaxedLayer(nn.Module):
         for name in check_zero_init(zero_init, self.path_names):
             self.paths[name].start_at_zero()
         self.out_size = next(iter(self.paths.values())).out_size
-        #: set to a dict by :class:`ella.marglik.native.NativeGGN` to catch the convolution
-        self._capture: dict[str, torch.Tensor] | None = None
+        #: the one convolution of the fused paths (:func:`~ella.nn.paths.convolve_paths`)
+        self.convolution = LiftedConvolution()
         self.norm = Normalisation.parse(norm, "norm")
         positions = self.group.order * self.out_size[0] * self.out_size[1]
         if self.norm == Normalisation.INSTANCE and positions < 2:
@@ -219,7 +220,7 @@ class RelaxedLayer(nn.Module):
         fused = fusable_paths(self.paths.values())
         parts = [path(z) for path in self.paths.values() if not any(path is p for p in fused)]
         if fused:
-            parts.append(convolve_paths(z, fused, self._capture))
+            parts.append(convolve_paths(z, fused, self.convolution))
         out = parts[0]
         for part in parts[1:]:
             out = out + part

@@ -118,7 +118,7 @@ def test_conv_and_gconv_paths_run_as_one_convolution(stride):
     layer = RelaxedLayer(2, 3, 8, "C4", stride=stride)
     z = torch.randn(2, 4, 2, 8, 8)
     assert convolutions(lambda: layer(z)) == 1
-    with per_module_calls():
+    with per_module_calls(layer):
         assert convolutions(lambda: layer(z)) == 2
     shared = RelaxedLayer(2, 3, 8, "C4", gconv_mode="shared")  # G times the work if expanded
     assert convolutions(lambda: shared(z)) == 2
