@@ -13,6 +13,7 @@ from ella.config import Choice
 __all__ = [
     "Augmentation",
     "Backend",
+    "CudaGraph",
     "Downsampling",
     "EnsembleMethod",
     "FCMode",
@@ -244,6 +245,20 @@ class Precision(Choice):
     FP32 = "fp32"  # float32 throughout
     TF32 = "tf32"  # float32 tensors, the matrix units' TF32 mode in products and convolutions
     BF16 = "bf16"  # autocast: products and convolutions in bfloat16, the loss in float32
+
+
+class CudaGraph(Choice):
+    """Whether the training step runs as a captured CUDA graph (:mod:`ella.engine.graphs`).
+
+    ``auto``: captured on a CUDA device unless something rules it out
+    (:func:`~ella.engine.graphs.eager_reason`), else eager, saying why on a CUDA device.
+    ``on``: captured; a configuration that rules it out is refused before any work.
+    ``off``: eager steps.
+    """
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
 
 
 class ReportedState(Choice):

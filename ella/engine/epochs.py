@@ -245,12 +245,18 @@ class EpochRun(abc.ABC):
     # ------------------------------------------------------------------ steps
     def set_lr(self, optimizer: torch.optim.Optimizer) -> float:
         """Set every group of ``optimizer`` to the cosine learning rate of ``state.step``,
-        times the group's ``"lr_scale"`` (:func:`~ella.engine.schedule.make_optimizer`)."""
+        times the group's ``"lr_scale"`` (:func:`~ella.engine.schedule.make_optimizer`); a
+        learning rate held as a device tensor (a step captured as a CUDA graph,
+        :func:`~ella.engine.graphs.make_capturable`) is filled in place."""
         cfg = self.config
         total = cfg.epochs * self.steps_per_epoch
         lr = cosine_lr(self.state.step, total, cfg.lr, cfg.lr_min)
         for group in optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)
+            value = lr * group.get("lr_scale", 1.0)
+            if isinstance(group["lr"], torch.Tensor):  # a captured step's (ella.engine.graphs)
+                group["lr"].fill_(value)
+            else:
+                group["lr"] = value
         return lr
 
     def pass_over(
@@ -262,8 +268,8 @@ class EpochRun(abc.ABC):
         learning rate of ``self.optimizer`` (:meth:`set_lr`) and call ``step(batch)``, which
         takes the step (:meth:`take_step`) and returns the terms to add to the epoch's
         sums (this process's share, on the device; :func:`add_sums`) and its number of
-        examples. It ends with :meth:`close_steps`, the epoch's one read from the device,
-        and one sum over the processes.
+        examples; then count the step (``state.step``). It ends with :meth:`close_steps`,
+        the epoch's one read from the device, and one sum over the processes.
 
         Returns:
             The sums over every process by term, with ``"seen"`` (the examples) and
@@ -271,9 +277,12 @@ class EpochRun(abc.ABC):
         """
         sums: dict[str, torch.Tensor] = {}
         seen, lr = 0, math.nan
+        if self._watch:  # the watch's step count, where an epoch before left it
+            self._watch["count"].fill_(self.state.step)
         for batch in batches:
             lr = self.set_lr(self.optimizer)
             terms, n = step(batch)
+            self.state.step += 1
             add_sums(sums, **terms)
             seen += n
         totals = self.close_steps(sums)
@@ -293,12 +302,13 @@ class EpochRun(abc.ABC):
         """The one optimisation step of every command: zero the gradients, backpropagate
         ``loss``, add the gradient of ``prior``'s penalty (:meth:`PriorLearner.add_penalty_gradient
         <ella.learner.PriorLearner.add_penalty_gradient>`), call ``before_step`` (e.g.
-        averaging the gradients over processes), step each optimiser in order, and count the
-        step.
+        averaging the gradients over processes) and step each optimiser in order
+        (:meth:`pass_over` counts the step).
 
         Nothing is read back to the host: whether the objective (``loss`` plus the
         penalty) is finite is recorded on the device (:meth:`watch_step`) and checked once
-        per epoch, by :meth:`close_steps`.
+        per epoch, by :meth:`close_steps`. So the step can be captured as a CUDA graph
+        (:mod:`ella.engine.graphs`).
 
         Returns:
             The step's objective, ``loss`` plus the prior's penalty, detached (0-dim).
@@ -318,7 +328,6 @@ class EpochRun(abc.ABC):
             before_step()
         for optimizer in optimizers:
             optimizer.step()
-        self.state.step += 1
         return objective
 
     def watch_step(
@@ -330,17 +339,29 @@ class EpochRun(abc.ABC):
     ) -> None:
         """Record on the device, without reading it back, whether this step's objective is
         the first of the epoch that is not finite, with whether its batch ``x`` and its
-        prior term were finite then (for :meth:`close_steps`' message)."""
-        first = self._watch.get("step")
-        if first is None:
-            first = torch.full((), -1, dtype=torch.int64, device=objective.device)
-            self._watch = dict(step=first, input=first < -1, prior=first < -1, value=objective)
+        prior term were finite then (for :meth:`close_steps`' message).
+
+        The record is a few 0-dim tensors made at the first step and updated in place
+        (the step's number counted there too), so that a step captured as a CUDA graph
+        updates them at every replay."""
+        watch = self._watch
+        if not watch:
+            device = objective.device
+            watch = self._watch = {
+                "step": torch.full((), -1, dtype=torch.int64, device=device),
+                "input": torch.zeros((), dtype=torch.bool, device=device),
+                "prior": torch.zeros((), dtype=torch.bool, device=device),
+                "value": torch.full((), math.nan, dtype=objective.dtype, device=device),
+                "count": torch.full((), self.state.step, dtype=torch.int64, device=device),
+            }
+        first = watch["step"]
         new = (~torch.isfinite(objective)) & (first < 0)
         finite_prior = torch.isfinite(prior_term) if prior_term is not None else first >= -1
-        self._watch["step"] = torch.where(new, self.state.step, first)
-        self._watch["input"] = torch.where(new, ~torch.isfinite(x).all(), self._watch["input"])
-        self._watch["prior"] = torch.where(new, ~finite_prior, self._watch["prior"])
-        self._watch["value"] = torch.where(new, objective, self._watch["value"])
+        watch["input"].copy_(torch.where(new, ~torch.isfinite(x).all(), watch["input"]))
+        watch["prior"].copy_(torch.where(new, ~finite_prior, watch["prior"]))
+        watch["value"].copy_(torch.where(new, objective, watch["value"]))
+        first.copy_(torch.where(new, watch["count"], first))
+        watch["count"].add_(1)
         self._watch_what = what
 
     def close_steps(self, sums: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -351,11 +372,16 @@ class EpochRun(abc.ABC):
 
         The checkpoint of the epoch before is the last one written; the weights in memory
         are those after the epoch's steps."""
-        watch, self._watch = self._watch, {}
+        watch = self._watch
         keys = list(sums)
         shown = [watch[k].double() for k in ("step", "input", "prior", "value") if k in watch]
         read = [*shown, *(sums[k].double() for k in keys)]
         values = torch.stack(read).tolist() if read else []
+        if watch:  # cleared in place for the next epoch (a captured step writes these)
+            watch["step"].fill_(-1)
+            watch["input"].fill_(False)
+            watch["prior"].fill_(False)
+            watch["value"].fill_(math.nan)
         if shown and values[0] >= 0:
             self._raise_non_finite(int(values[0]), bool(values[1]), bool(values[2]), values[3])
         return dict(zip(keys, values[len(shown) :], strict=True))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from ella.choices import Likelihood, SubsetControl
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
+from ella.engine.graphs import StepGraph
 from ella.engine.schedule import evidence_due
 from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels
@@ -164,6 +166,9 @@ class AlternatingRun(EpochRun):
     sigma_noise: float = 1.0
     #: the (N,) class labels of ``train_data``, read at the first round that needs them
     labels: torch.Tensor | None = None
+    #: the training step captured as a CUDA graph (:mod:`ella.engine.graphs`), or None:
+    #: eager steps
+    step_graph: StepGraph | None = None
     #: ``1 - sum p^2`` of every training example in its training passes, averaged over
     #: epochs with each older epoch's weight halved (the auxiliary variable of the
     #: ``training`` control variate); None where the rounds do not read it, NaN before
@@ -205,9 +210,10 @@ class AlternatingRun(EpochRun):
 
     # ------------------------------------------------------------------ the MAP side
     def train_epoch(self) -> dict[str, float]:
-        """One pass over :meth:`epoch_batches` with a step each; returns the epoch's mean
-        loss (``train_loss``, with the prior term), mean NLL (``train_nll``), training
-        accuracy (class-index targets) and last learning rate."""
+        """One pass over :meth:`epoch_batches` with a step each (replayed from
+        :attr:`step_graph` where there is one); returns the epoch's mean loss
+        (``train_loss``, with the prior term), mean NLL (``train_nll``), training accuracy
+        (class-index targets) and last learning rate."""
         world = self.world
         self.model.train()
         trace = None
@@ -216,9 +222,12 @@ class AlternatingRun(EpochRun):
             trace = torch.zeros(n, dtype=torch.float64, device=device)
         classification = self.likelihood == Likelihood.CLASSIFICATION
         optimizers = self.step_optimizers()
+        graph = self.step_graph
 
-        def step(batch: Batch) -> tuple[dict[str, torch.Tensor], int]:
-            x, y = batch.x.to(self.device), batch.y.to(self.device)
+        def on_device(batch: Batch, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+            """The step's device work on ``batch`` with inputs ``x`` and targets ``y`` (its
+            own, or a CUDA graph's static copies of them): the terms and, where recorded,
+            the batch's traces (B,)."""
             with self.autocast():
                 outputs = self.predict_train(batch._replace(x=x, y=y))
                 if outputs.dtype in (torch.float16, torch.bfloat16):
@@ -227,12 +236,24 @@ class AlternatingRun(EpochRun):
                 nll = world.mean_share(nll, len(y), batch.n_global)
             objective = self.take_step(self.regularised(nll), x, optimizers, prior=self.priors)
             share = batch.n_global / world.size
-            terms = {"loss": objective * share, "nll": nll * share}
+            # detached: a captured step's outputs outlive it, and would hold its graph
+            terms = {"loss": objective * share, "nll": nll.detach() * share}
             if classification and y.ndim == outputs.ndim - 1:  # class indices, not soft labels
                 terms["correct"] = (outputs.detach().argmax(-1) == y).sum()
             if trace is not None:
-                trace[batch.index.to(trace.device)] = output_hessian_trace(outputs.detach())
-            return terms, len(y)
+                terms["trace"] = output_hessian_trace(outputs.detach())
+            return terms
+
+        def step(batch: Batch) -> tuple[dict[str, torch.Tensor], int]:
+            batch = batch._replace(x=batch.x.to(self.device), y=batch.y.to(self.device))
+            if graph is None:
+                terms = on_device(batch, batch.x, batch.y)
+            else:  # the batch's size and whether traces are recorded are the graph's own
+                key = (batch.n_global, trace is not None)
+                terms = graph(functools.partial(on_device, batch), batch.x, batch.y, key=key)
+            if trace is not None:
+                trace[batch.index.to(trace.device)] = terms.pop("trace")
+            return terms, len(batch.y)
 
         with self.arithmetic():
             sums = self.pass_over(self.epoch_batches(self.state.epoch), step)
@@ -338,6 +359,8 @@ class AlternatingRun(EpochRun):
         """Check the weights; run the round when due; measure (:meth:`measure`)."""
         self.check_finite_weights()
         if self.evidence_due():
+            if self.step_graph is not None:  # the round changes the graph's prior scales
+                self.step_graph.release()
             value = self.evidence_round()
             self.state.marglik.append(value)
             self.state.marglik_epochs.append(self.state.epoch)

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from ella.choices import (
     Augmentation,
+    CudaGraph,
     Downsampling,
     FCMode,
     GConvMode,
@@ -29,6 +30,7 @@ from ella.choices import (
 )
 from ella.config import option
 from ella.data.datasets import image_side
+from ella.engine.graphs import use_cuda_graph
 from ella.engine.rounds import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
@@ -65,8 +67,8 @@ class TrainConfig(ScheduleConfig):
     --marglik-frequency 5 --batch-size 500 --prior-update adam``.
 
     Every option is checked when the configuration is built (choices, ranges,
-    finiteness; :class:`~ella.config.Config`); ``data_dir``, ``device`` and
-    ``progress`` do not define the run and may change on ``--resume``.
+    finiteness; :class:`~ella.config.Config`); ``data_dir``, ``device``, ``compile``,
+    ``cuda_graph`` and ``progress`` do not define the run and may change on ``--resume``.
     """
 
     COMMAND: ClassVar[str | None] = "ella train"
@@ -122,6 +124,8 @@ class TrainConfig(ScheduleConfig):
     device: str = option("cpu", defines_run=False)
     precision: Precision = Precision.FP32
     compile: bool = option(False, defines_run=False)
+    # captured where nothing rules it out (ella.engine.graphs.eager_reason): a CUDA device
+    cuda_graph: CudaGraph = option(CudaGraph.AUTO, defines_run=False)
 
     def prior_update_rule(self) -> PriorUpdate:
         """``auto`` resolved: ``adam`` when the input invariance is learned as well (the
@@ -146,7 +150,14 @@ class TrainConfig(ScheduleConfig):
                 f"--augment-shift {self.augment_shift} moves a {side}x{side} image of "
                 f"{self.dataset} out of view; use at most {side // 2} (half the image)"
             )
-        check_device_name(self.device)
+        device = check_device_name(self.device)
+        if self.cuda_graph == CudaGraph.ON:  # what rules a capture out before the run starts
+            use_cuda_graph(
+                self.cuda_graph,
+                device,
+                compiled=self.compile,
+                invariant=self.invariance != InvarianceMethod.NONE,
+            )
         if not self.paths:
             raise ConfigError("paths must name at least one of fc, conv, gconv, residual")
         check_mixer_options(self)
@@ -274,6 +285,10 @@ HELP: dict[str, str] = {
     "evidence fit, its log determinants and the test metrics stay in float32 or float64",
     "compile": "compile the model's training forward and backward with torch.compile (falls "
     "back to eager execution with a message where compilation fails; may change on --resume)",
+    "cuda_graph": "run each training step (forward, backward, prior term, optimiser step) as "
+    "one captured CUDA graph: auto (on a CUDA device unless --compile, torchrun or "
+    "--invariance rules it out, saying why), on (refused where ruled out) or off; may change "
+    "on --resume",
     "select_paths": "after training, select the paths by the evidence, greedily: drop each "
     "path from every layer, train on for --select-epochs, drop the one whose removal raises "
     "the Laplace evidence most, repeat until none does (ella select RUN; "

@@ -2,7 +2,7 @@
 
 :class:`Trainer` builds what a :class:`~ella.train.config.TrainConfig` names (the data
 set with its validation split, the mixer or another of :mod:`ella.models`, input
-invariance, augmentation, the step's arithmetic) and trains it with the loop that
+invariance, augmentation, the step's arithmetic and its CUDA graph) and trains it with the loop that
 :func:`ella.fit` runs (:class:`~ella.train.alternating.AlternatingRun`: MAP steps with
 the prior term, and the :class:`~ella.learner.PriorLearner`'s evidence rounds). What is
 its own: the batches, cut from the images in memory and augmented on the device
@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import itertools
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ from ella.distributed import (
 from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
 from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
+from ella.engine.graphs import StepGraph, use_cuda_graph
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
@@ -189,6 +191,7 @@ class Trainer(AlternatingRun):
         self.eta_optimizer = (
             torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
         )
+        self.step_graph = self._step_graph(config)
         self.state = TrainState()
         # the evidence of the last evidence round, for that round's report (round_report)
         self._round_evidence: LaplaceEvidence | InvarianceEvidence | None = None
@@ -208,6 +211,30 @@ class Trainer(AlternatingRun):
             if x.nbytes + y.nbytes > free // 4:
                 return x, y
         return x.to(self.device), y.to(self.device)
+
+    def _step_graph(self, config: TrainConfig) -> StepGraph | None:
+        """The training step captured as a CUDA graph where ``--cuda-graph`` and the run allow
+        it (:func:`~ella.engine.graphs.use_cuda_graph`), else None; ``auto`` on a CUDA
+        device says once on stderr why its steps run eagerly."""
+        captured, reason = use_cuda_graph(
+            config.cuda_graph,
+            self.device,
+            compiled=config.compile,
+            processes=self.world.size,
+            invariant=config.invariance != InvarianceMethod.NONE,
+        )
+        if reason is not None and self.device.type == "cuda" and self.world.is_main:
+            tqdm.write(
+                f"--cuda-graph auto: the training steps run eagerly ({reason})", file=sys.stderr
+            )
+        if not captured:
+            return None
+        return StepGraph(
+            self.step_optimizers(),
+            self.device,
+            version=lambda: self.log_prior._version,  # the evidence rounds' updates
+            announce=self.world.is_main,
+        )
 
     # ------------------------------------------------------------------ data parallelism
     def _check_world(self, config: TrainConfig) -> None:
@@ -277,7 +304,12 @@ class Trainer(AlternatingRun):
     def checkpoint_entries(self) -> dict:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            # as an eager run writes it, so that the run resumes with or without graphs
+            "optimizer": (
+                self.step_graph.state_dict(self.optimizer)
+                if self.step_graph is not None
+                else self.optimizer.state_dict()
+            ),
             "hyper_optimizer": self.hyper_optimizer.state_dict(),
             "eta_optimizer": self.eta_optimizer.state_dict() if self.eta_optimizer else None,
             "log_prior": self.log_prior.detach().clone(),
@@ -299,6 +331,8 @@ class Trainer(AlternatingRun):
             self.output_trace = ckpt["output_trace"].to(self.output_trace)
         if ckpt.get("rng_state") is not None:  # absent from older checkpoints
             torch.set_rng_state(ckpt["rng_state"])
+        if self.step_graph is not None:  # new optimiser state: capturable, captured again
+            self.step_graph.reset()
 
     # ------------------------------------------------------------------ steps
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
