@@ -34,7 +34,6 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ella import __version__
 from ella.errors import CheckpointError, RunDirectoryError
 from ella.io import load_torch, save_json
 from ella.migrations import upgrade
@@ -367,7 +366,7 @@ def check_fc_layout(ckpt: dict, path: Path) -> None:
     if any(isinstance(k, str) and _PER_CHANNEL_FC.search(k) for s in states for k in s):
         raise CheckpointError(
             f"--resume: {path} was written by ella 0.2 or earlier, whose FC paths held one "
-            f"tensor per channel; ella {__version__} stacks them, and the optimiser's state "
+            "tensor per channel; this version stacks them, and the optimiser's state "
             "cannot be carried over. Finish the run with ella 0.2 (pip install "
             "'ella-torch==0.2.*'), or start it again with --overwrite; ella report, select "
             "and export read it as it is"
