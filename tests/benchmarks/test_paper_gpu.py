@@ -318,6 +318,7 @@ def test_the_script_trains_and_packs_on_the_cpu(tmp_path):
         "ELLA_CHECK_STEPS": "rows",
         "ELLA_CHECK_PROFILE": "smoke",
         "ELLA_CHECK_ROWS": "mnist_map",
+        "ELLA_CHECK_EPOCHS": "1",
         "ELLA_CHECK_PACK_S": "8",
         "ELLA_CHECK_DATA": str(SHARED),
         "ELLA_CHECK_RUNS": str(tmp_path / "none"),
