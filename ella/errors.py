@@ -13,6 +13,13 @@ expect (``ValueError`` for a bad value, ``RuntimeError`` for a failed step), so
 from __future__ import annotations
 
 
+def error_summary(err: BaseException, limit: int = 200) -> str:
+    """``"TypeName: first line of the message"`` (cut at ``limit`` characters), for a
+    one-line notice that something fell back."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:limit] if text else ''}"
+
+
 class EllaError(Exception):
     """A problem with an input, an option, a file or a run directory."""
 

@@ -26,6 +26,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ella.choices import Precision
+from ella.errors import error_summary
 
 __all__ = ["CompiledOrEager", "StepArithmetic"]
 
@@ -89,9 +90,8 @@ class CompiledOrEager:
         try:
             return self.compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 (whatever the compiler raises)
-            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
             tqdm.write(
-                f"--compile: torch.compile failed ({type(err).__name__}: {first}); the "
+                f"--compile: torch.compile failed ({error_summary(err)}); the "
                 "training steps run without compilation",
                 file=sys.stderr,
             )

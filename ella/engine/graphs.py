@@ -52,7 +52,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ella.choices import CudaGraph
-from ella.errors import ConfigError
+from ella.errors import ConfigError, error_summary
 
 __all__ = [
     "WARMUP_STEPS",
@@ -337,9 +337,7 @@ class StepGraph:
         return graph, outputs, graph.replay
 
     def _fail(self, err: Exception) -> None:
-        text = str(err).strip()
-        first = text.splitlines()[0][:200] if text else ""
-        self.failed = f"{type(err).__name__}: {first}"
+        self.failed = error_summary(err)
         self.release()
         for optimizer in self.optimizers:  # whatever the capture left there
             optimizer.zero_grad(set_to_none=True)

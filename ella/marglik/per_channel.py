@@ -190,8 +190,10 @@ class PerChannelView:
     def prior(self, prior: PriorStructure) -> PriorStructure:
         """``prior`` (over ``model``'s tensors) over :attr:`network`'s tensors: each
         per-channel map in the group of the stacked tensor it is a slice of."""
+        if not self._pairs:
+            return prior
         view = PriorStructure(self.network, prior.mode)
-        if not self._pairs or prior.param_names == view.param_names:  # over the view already
+        if prior.param_names == view.param_names:  # over the view already
             return prior
         group_of = dict(zip(prior.param_names, prior.tensor_groups, strict=True))
         stacked = {}  # the view's tensor name -> the model's tensor name

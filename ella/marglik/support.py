@@ -34,19 +34,20 @@ def check_supported(model: nn.Module, stacked: bool = True) -> None:
             f"or both frozen; partly frozen: {', '.join(partial)}. Freeze the whole module "
             "(module.requires_grad_(False)) or none of it."
         )
-    bad = [
-        f"{name or '<model>'} ({type(m).__name__})"
+    unsupported = [
+        (f"{name or '<model>'} ({type(m).__name__})", isinstance(m, BatchedLinear))
         for name, m in model.named_modules()
         if any(p.requires_grad for p in m.parameters(recurse=False))
-        and not isinstance(m, SUPPORTED_MODULES + ((BatchedLinear,) if stacked else ()))
+        and not isinstance(m, SUPPORTED_MODULES)
     ]
-    stacked = [b for b in bad if b.endswith("(BatchedLinear)")]
-    if stacked:
+    batched = [label for label, is_batched in unsupported if is_batched]
+    if batched and not stacked:
         raise UnsupportedModuleError(
-            f"{', '.join(stacked)}: an FC path's stacked maps are one Kronecker block per "
+            f"{', '.join(batched)}: an FC path's stacked maps are one Kronecker block per "
             "channel; fit the evidence on ella.marglik.PerChannelView(model).network "
             "(LaplaceEvidence does)"
         )
+    bad = [label for label, is_batched in unsupported if not is_batched]
     if bad:
         raise UnsupportedModuleError(
             "the Kronecker-factored evidence supports parameters of nn.Linear and nn.Conv2d "

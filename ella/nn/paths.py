@@ -516,14 +516,9 @@ class FCPath(Path):
             # layout handed bmm strided batches that it copied matrix by matrix
             rows = x.transpose(0, 1).contiguous()  # (C_i, B, S_in)
             stage1 = self.pixel_maps(rows)  # (C_i, B, C_o R)
-            mixed = self._by_output(contiguous_grad(stage1))  # (C_o, B, C_i R)
+            mixed = by_output(contiguous_grad(stage1), self.rank)  # (C_o, B, C_i R)
             out = contiguous_grad(self.channel_maps(mixed)).transpose(0, 1)  # (B, C_o, S_out)
         return out.reshape(b, g, self.out_channels, *self.out_size)
-
-    def _by_output(self, stage1: torch.Tensor) -> torch.Tensor:
-        """Stage 1's outputs (C_i, B, C_o R), per input channel, as stage 2's inputs
-        (C_o, B, C_i R), per output channel (input ``i R + r`` of channel ``o``)."""
-        return by_output(stage1, self.rank)
 
     def extra_repr(self) -> str:
         rank = f", rank={self.rank}" if self.rank != 1 else ""
