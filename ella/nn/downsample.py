@@ -68,7 +68,8 @@ def max_downsample(z: torch.Tensor) -> torch.Tensor:
     """
     _check_even(z)
     h, w = z.shape[-2:]
-    return F.max_pool2d(z.reshape(-1, 1, h, w), 2).reshape(*z.shape[:-2], h // 2, w // 2)
+    planes = z.reshape(z.shape[0], -1, h, w)  # one example's planes as channels: faster on CPU
+    return F.max_pool2d(planes, 2).reshape(*z.shape[:-2], h // 2, w // 2)
 
 
 def downsample(z: torch.Tensor, how: Downsampling | str) -> torch.Tensor:
