@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from benchmarks._common import RESULTS, environment, write_generated
 from ella.engine.health import collapse_line
 from ella.io import atomic_write, save_json
-from ella.report import share_summary
+from ella.learner.report import share_summary
 from ella.train import TrainConfig, Trainer, cosine_lr, evidence_epochs
 
 #: the offline data directory of this project (``../shared/data``), used unless

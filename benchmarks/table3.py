@@ -37,7 +37,7 @@ from benchmarks._runner import (
     write,
 )
 from ella.data import data_root
-from ella.report import shares_history_line
+from ella.learner.report import shares_history_line
 from ella.train import TrainConfig
 
 PAPER = {  # accuracy % (MAP, learned) and learned mean shares FC/CONV/GCONV %, Table 3

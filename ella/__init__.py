@@ -15,13 +15,14 @@ Subpackages, from the layers up:
     ella.invariance  learned input invariance (LILA, Augerino)
     ella.metrics     the symmetry a model has (G-EED, orbit-same-predictions)
     ella.engine      epochs, schedules and health checks shared by every loop
+    ella.learner     ``PriorLearner`` and the report of effective parameters
     ella.train       ``ella train``'s loop and :func:`ella.fit`
     ella.ensembles   deep and repulsive ensembles (``ella ensemble``)
     ella.cli         the ``ella`` command, one module per command
 
 Modules: ``groups`` (finite groups acting on images), ``testing``
-(``assert_equivariant``), ``learner`` (``PriorLearner``), ``selection`` and ``export``
-(choosing and exporting paths), ``report`` (the effective-parameter report), ``config``,
+(``assert_equivariant``), ``selection`` and ``export``
+(choosing and exporting paths), ``config``,
 ``choices`` and ``migrations`` (options, their values, older configurations), ``io`` and
 ``rundir`` (atomic files, run directories), ``distributed``, ``system``, ``geometry``
 and ``errors``.

@@ -55,7 +55,7 @@ from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
 from ella.nn import ALL_PATH_NAMES, RelaxedLayer, path_columns
-from ella.report import counted, mean_shares, paths_label
+from ella.learner.report import counted, mean_shares, paths_label
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -257,7 +257,7 @@ def train_on(
         ``(row, end)``. ``row``: ``{"kept", "test_accuracy", "test_nll",
         "log_evidence", "log_likelihood", "shares", "seconds"}``, the evidence being
         :func:`~ella.marglik.kept_log_evidence` (exact GGN, all training images) and the
-        shares :func:`ella.report.mean_shares` at its optimal precisions. ``end``:
+        shares :func:`ella.learner.report.mean_shares` at its optimal precisions. ``end``:
         ``{"model", "log_prior"}``, the weights trained on and those optimal log
         precisions, for a next round.
     """

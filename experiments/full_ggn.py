@@ -297,7 +297,7 @@ def optimal_log_prior(
 def effective_report(
     prior: PriorStructure, evidence: FullEvidence, log_prior: torch.Tensor
 ) -> dict[str, list[dict]]:
-    """The full GGN's counterpart of :func:`ella.report.effective_parameter_report`: the
+    """The full GGN's counterpart of :func:`ella.learner.report.effective_parameter_report`: the
     effective parameters of every tensor (``sum_{i in t} 1 - delta (G + D)^{-1}_ii``),
     aggregated per relaxed layer and path by ella's own :func:`ella.marglik.aggregate`,
     with ``"relative"`` (:func:`ella.marglik.relative_effective`) in every layer row.

@@ -82,7 +82,7 @@ from ella.data import load_dataset
 from ella.learner import EvidenceRounds
 from ella.marglik import LaplaceEvidence
 from ella.nn import GroupPool, Lift, RelaxedLayer
-from ella.report import effective_parameter_report
+from ella.learner.report import effective_parameter_report
 from experiments._common import EXPERIMENT_RESULTS, environment, write_markdown
 from experiments.full_ggn import FullEvidence, effective_report, optimal_log_prior
 

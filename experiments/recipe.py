@@ -41,7 +41,7 @@ from benchmarks._runner import (
     run_with_partial,
     write,
 )
-from ella.report import share_summary
+from ella.learner.report import share_summary
 from ella.train import TrainConfig, Trainer
 from experiments._common import EXPERIMENT_RESULTS, as_experiment
 

@@ -150,7 +150,7 @@ def test_prior_convergence_compares_the_last_two_rounds():
 
 
 def test_convergence_line_names_the_group_that_moved_most():
-    from ella.report import convergence_line
+    from ella.learner.report import convergence_line
 
     line = convergence_line(prior_convergence([{"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 8.0}]))
     assert line == (

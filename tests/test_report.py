@@ -1,8 +1,8 @@
-"""ella.report: the share summaries, checked against hand-computed numbers."""
+"""ella.learner.report: the share summaries, checked against hand-computed numbers."""
 
 import pytest
 
-from ella.report import share_summary, shares_history_line
+from ella.learner.report import share_summary, shares_history_line
 
 
 def layer(fc: float, conv: float, gconv: float) -> dict:
@@ -31,7 +31,7 @@ def test_shares_history_line_shows_first_last_and_evenly_spaced_rounds():
 
 
 def test_null_model_line_only_where_the_class_frequencies_have_more_evidence():
-    from ella.report import null_model_line
+    from ella.learner.report import null_model_line
 
     results = {
         "class_frequency_log_evidence": -2319.8,
@@ -49,7 +49,7 @@ def test_null_model_line_only_where_the_class_frequencies_have_more_evidence():
 
 
 def test_the_table_has_a_residual_column_where_the_layers_have_that_path():
-    from ella.report import format_table
+    from ella.learner.report import format_table
 
     row = {
         "layer": "layer1",

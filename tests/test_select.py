@@ -330,14 +330,14 @@ def test_report_refuses_the_selection_options_naming_ella_select(
 
 def test_report_shows_a_finished_selection_again(tmp_path, monkeypatch, capsys):
     """``ella report`` prints the record ``ella select`` left, without training anything."""
-    import ella.report
+    import ella.learner.report
 
     run = write_config(tmp_path / "run")
     monkeypatch.setattr(selection, "train_on", fake_train_on([]))
     record = selection.select(run, epochs=3)
     (run / "results.json").write_text(json.dumps({"effective_parameters": []}))
     monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=0))
-    monkeypatch.setattr(ella.report, "format_table", lambda results: "TABLE")
+    monkeypatch.setattr(ella.learner.report, "format_table", lambda results: "TABLE")
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     answer = selection.format_answer(run, {})

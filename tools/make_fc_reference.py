@@ -19,7 +19,7 @@ import torch
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.native import NativeGGN
 from ella.models.mixer import mixer
-from ella.report import effective_parameter_report
+from ella.learner.report import effective_parameter_report
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "marglik" / "fc_reference.pt"
 SETTINGS = {

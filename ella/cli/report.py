@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
 def cmd_report(args: argparse.Namespace) -> int:
     """Reprint the table and redraw the figure of a finished run."""
     from ella.ensembles import format_results
-    from ella.report import format_table, save_eta_figure, save_figure
+    from ella.learner.report import format_table, save_eta_figure, save_figure
 
     if args.symmetry_images < 1:
         raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")

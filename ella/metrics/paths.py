@@ -1,6 +1,6 @@
 """How much of each relaxed layer's output each path carries.
 
-The evidence's shares (:mod:`ella.report`) say how many of a path's parameters the data
+The evidence's shares (:mod:`ella.learner.report`) say how many of a path's parameters the data
 determine; they do not say how much of the layer's function the path computes. This
 module measures the latter directly: each path's mean squared output on a batch of
 images, as a percentage of the sum over the layer's paths (the paths' outputs are added

@@ -63,7 +63,7 @@ from ella.marglik import LaplaceEvidence, class_frequency_model
 from ella.marglik.evidence import check_memory
 from ella.models import Mixer
 from ella.models.build import build_model
-from ella.report import (
+from ella.learner.report import (
     effective_parameter_report,
     format_table,
     layer_mean_shares,
@@ -569,7 +569,7 @@ class Trainer(AlternatingRun):
             row.update({f"{split}_{k}": v for k, v in metrics.items()})
 
     def round_report(self) -> dict[str, list[dict]]:
-        """:func:`ella.report.effective_parameter_report` at the evidence just fitted and the
+        """:func:`ella.learner.report.effective_parameter_report` at the evidence just fitted and the
         priors it ended with."""
         return effective_parameter_report(
             self.net, self._round_evidence, self.log_prior.detach().exp()

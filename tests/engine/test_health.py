@@ -3,7 +3,7 @@
 import pytest
 
 from ella.engine.health import collapse_line, training_collapse
-from ella.report import format_table
+from ella.learner.report import format_table
 
 
 def rows(*accuracies: float) -> list[dict]:

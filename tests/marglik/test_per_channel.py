@@ -9,7 +9,7 @@ import torch
 from ella.marglik import LaplaceEvidence, PerChannelView, PriorStructure, UnsupportedModuleError
 from ella.marglik.native import NativeGGN
 from ella.models.mixer import mixer
-from ella.report import effective_parameter_report
+from ella.learner.report import effective_parameter_report
 
 REFERENCE = Path(__file__).with_name("fc_reference.pt")
 

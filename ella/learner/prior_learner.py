@@ -49,7 +49,7 @@ from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import at_bound, check_n_data
-from ella.report import effective_parameter_report, mean_shares
+from ella.learner.report import effective_parameter_report, mean_shares
 
 __all__ = ["EvidenceRounds", "PriorLearner", "dataset_labels", "forward_traces"]
 
@@ -568,7 +568,7 @@ class PriorLearner:
         Returns:
             ``{"effective_parameters": [...], "effective_parameters_other": [...],
             "prior_precision": {...}, "prior_variance": {...}, "log_marglik": [...]}``;
-            ``ella.report.format_table`` prints it.
+            ``ella.learner.report.format_table`` prints it.
         """
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
@@ -585,7 +585,7 @@ class PriorLearner:
 
     def shares(self) -> dict[str, float]:
         """Mean FC / CONV / GCONV share over the relaxed layers at the last evidence and
-        the current priors (:func:`ella.report.mean_shares`; empty without relaxed
+        the current priors (:func:`ella.learner.report.mean_shares`; empty without relaxed
         layers)."""
         if self.evidence is None:
             raise RuntimeError("call evidence_step (or fit) first")
