@@ -53,9 +53,9 @@ from ella.distributed import ONE_PROCESS
 from ella.errors import ConfigError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
+from ella.learner.report import counted, mean_shares, paths_label
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
 from ella.nn import ALL_PATH_NAMES, RelaxedLayer, path_columns
-from ella.learner.report import counted, mean_shares, paths_label
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,

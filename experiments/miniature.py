@@ -80,9 +80,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella import PriorLearner
 from ella.data import load_dataset
 from ella.learner import EvidenceRounds
+from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence
 from ella.nn import GroupPool, Lift, RelaxedLayer
-from ella.learner.report import effective_parameter_report
 from experiments._common import EXPERIMENT_RESULTS, environment, write_markdown
 from experiments.full_ggn import FullEvidence, effective_report, optimal_log_prior
 

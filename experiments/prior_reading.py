@@ -35,9 +35,9 @@ from torch.nn.utils import parameters_to_vector
 
 from benchmarks._runner import RANDOM_START
 from ella.choices import PriorMode
+from ella.learner.report import effective_parameter_report
 from ella.marglik import PriorStructure
 from ella.nn import PATH_NAMES
-from ella.learner.report import effective_parameter_report
 from ella.train import TrainConfig, Trainer
 from ella.train.runs import load_run
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.native import NativeGGN
 from ella.models.mixer import mixer
-from ella.learner.report import effective_parameter_report
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "marglik" / "fc_reference.pt"
 SETTINGS = {

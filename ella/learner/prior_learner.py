@@ -46,10 +46,10 @@ from ella.choices import (
 from ella.distributed import ShardLoader, World, current
 from ella.engine.rounds import EvidenceRounds
 from ella.errors import CheckpointError, ConfigError, TrainingDivergedError
+from ella.learner.report import effective_parameter_report, mean_shares
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.control import curvature_ratio, output_hessian_trace
 from ella.marglik.evidence import at_bound, check_n_data
-from ella.learner.report import effective_parameter_report, mean_shares
 
 __all__ = ["EvidenceRounds", "PriorLearner", "dataset_labels", "forward_traces"]
 

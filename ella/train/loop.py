@@ -59,10 +59,6 @@ from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
 from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
-from ella.marglik import LaplaceEvidence, class_frequency_model
-from ella.marglik.evidence import check_memory
-from ella.models import Mixer
-from ella.models.build import build_model
 from ella.learner.report import (
     effective_parameter_report,
     format_table,
@@ -70,6 +66,10 @@ from ella.learner.report import (
     save_eta_figure,
     save_figure,
 )
+from ella.marglik import LaplaceEvidence, class_frequency_model
+from ella.marglik.evidence import check_memory
+from ella.models import Mixer
+from ella.models.build import build_model
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.alternating import AlternatingRun, AlternatingState, Batch
@@ -569,7 +569,8 @@ class Trainer(AlternatingRun):
             row.update({f"{split}_{k}": v for k, v in metrics.items()})
 
     def round_report(self) -> dict[str, list[dict]]:
-        """:func:`ella.learner.report.effective_parameter_report` at the evidence just fitted and the
+        """:func:`~ella.learner.report.effective_parameter_report` at the evidence just fitted
+        and the
         priors it ended with."""
         return effective_parameter_report(
             self.net, self._round_evidence, self.log_prior.detach().exp()

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence, PerChannelView, PriorStructure, UnsupportedModuleError
 from ella.marglik.native import NativeGGN
 from ella.models.mixer import mixer
-from ella.learner.report import effective_parameter_report
 
 REFERENCE = Path(__file__).with_name("fc_reference.pt")
 
