@@ -570,8 +570,7 @@ class Trainer(AlternatingRun):
 
     def round_report(self) -> dict[str, list[dict]]:
         """:func:`~ella.learner.report.effective_parameter_report` at the evidence just fitted
-        and the
-        priors it ended with."""
+        and the priors it ended with."""
         return effective_parameter_report(
             self.net, self._round_evidence, self.log_prior.detach().exp()
         )
