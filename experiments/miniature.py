@@ -79,7 +79,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella import PriorLearner
 from ella.data import load_dataset
-from ella.learner import EvidenceRounds
 from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence
 from ella.nn import GroupPool, Lift, RelaxedLayer
@@ -313,9 +312,8 @@ def run(spec: Spec, budget: Budget, data_dir: str | None, log=print) -> dict:
     model = build(spec.paths, zero, budget.widths)
     priors = PriorLearner(
         model, n, prior_precision=budget.prior_precision, lr=budget.lr_hyp, ggn="exact",
-        update="adam",
-        rounds=EvidenceRounds(subset_size=None, control="none", batch_size=250,
-                              n_hypersteps=budget.n_hypersteps, seed=spec.seed),
+        update="adam", subset_size=None, control="none", batch_size=250,
+        n_hypersteps=budget.n_hypersteps, seed=spec.seed,
     )  # fmt: skip
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.lr)
     order = torch.Generator().manual_seed(spec.seed)
@@ -818,8 +816,8 @@ def measure_times(budget: Budget, data_dir: str | None) -> dict:
         model = build(paths, STARTS["conv"], budget.widths)
         optimizer = torch.optim.Adam(model.parameters(), lr=CHECK_LR)
         priors = PriorLearner(model, n, prior_precision=budget.prior_precision, ggn="exact",
-                              rounds=EvidenceRounds(subset_size=None, control="none",
-                                                    batch_size=250, seed=0))  # fmt: skip
+                              update="adam", subset_size=None, control="none",
+                              batch_size=250, seed=0)  # fmt: skip
         times = []
         for _ in range(3):  # the first warms up
             tick = time.perf_counter()

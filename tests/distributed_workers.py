@@ -57,7 +57,7 @@ def evidence(out: str) -> None:
     model = user_model().double()
     sharded = _evidence(model, data, world)
     # the learner: subset evidence of 9 examples (one global subset, sharded) and Adam steps
-    learner = PriorLearner(model, n_data=len(data))
+    learner = PriorLearner(model, n_data=len(data), update="adam", ggn="exact")
     subset = Subset(data, list(range(9)))
     part = world.subset(subset)
     learner.evidence_step(
@@ -65,7 +65,9 @@ def evidence(out: str) -> None:
     )
     if world.is_main:
         single = _evidence(model, data, distributed.World())
-        alone = PriorLearner(model, n_data=len(data), data_parallel=False)
+        alone = PriorLearner(
+            model, n_data=len(data), data_parallel=False, update="adam", ggn="exact"
+        )
         alone.evidence_step(DataLoader(subset, batch_size=4), n_hypersteps=5)
         result = {
             "world_size": world.size,

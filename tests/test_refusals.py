@@ -23,6 +23,7 @@ import torch
 
 from ella.cli import main
 from ella.config import MAX_SEED
+from ella.engine.recipe import OPTIMUM_STEP
 from ella.groups import MAX_ROTATIONS
 from ella.io import save_jsonl, strict_json
 from ella.rundir import LOCK, run_lock
@@ -217,7 +218,7 @@ def test_a_bad_input_is_one_clear_error_before_any_harm(
 def test_a_default_the_user_did_not_type_never_refuses(tmp_path, capsys):
     config = TrainConfig(prior_update="adam")
     assert config.prior_step == 1.0 and config.prior_update_rule() == "adam"
-    assert TrainConfig().prior_step == TrainConfig.DEFAULT_PRIOR_STEP
+    assert TrainConfig().prior_step == OPTIMUM_STEP
     out = tmp_path / "r"
     assert main(["train", "--out", str(out), *TINY, "--prior-update", "adam"]) == 0
     capsys.readouterr()

@@ -5,8 +5,9 @@ MAP steps on the weights with the prior term ``1/2 sum delta theta^2 / N``
 ``marglik_frequency`` epochs, one evidence fit and an update of the log prior
 precisions: ``n_hypersteps`` Adam steps (``prior_update="adam"``, the ELLA reference's
 schedule) or a step of ``prior_step`` towards the round's closed-form optimum
-(``"optimum"``, ``ScheduleConfig.DEFAULT_PRIOR_STEP`` of the way by default); the default
-``"auto"`` takes the optimum where the Hessian is Kronecker-factored, Adam elsewhere.
+(``"optimum"``); the default ``"auto"`` takes the optimum where the Hessian is
+Kronecker-factored, Adam elsewhere. The evidence options' defaults are those of
+:class:`~ella.engine.recipe.EvidenceRecipe`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
@@ -33,7 +33,7 @@ from ella.choices import (
     WeightResponse,
 )
 from ella.config import MAX_SEED, Config, option
-from ella.engine.rounds import EvidenceRounds
+from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe, resolved_update
 from ella.errors import ConfigError
 from ella.nn.batched import BatchedLinear
 from ella.nn.paths import FCPath, GConvPath
@@ -92,43 +92,32 @@ class OptimizerConfig(Config):
 class ScheduleConfig(OptimizerConfig):
     """Optimiser, learning-rate schedule and evidence schedule (see the module docstring)."""
 
-    # marginal likelihood
+    # marginal likelihood; the evidence options' defaults are the recipe's
     learn_priors: bool = True
-    prior_structure: PriorMode = PriorMode.LAYER_PATH
-    prior_precision: float = option(0.01, greater_than=0)
-    prior_mean: PriorMean = PriorMean.ZERO
+    prior_structure: PriorMode = EvidenceRecipe.structure
+    prior_precision: float = option(EvidenceRecipe.prior_precision, greater_than=0)
+    prior_mean: PriorMean = EvidenceRecipe.mean
     n_epochs_burnin: int = option(4, minimum=0)
     # priors that converge within the run: a round every marglik_frequency epochs after the
-    # burn-in, each DEFAULT_PRIOR_STEP of the way to its optimum; adam where the optimum
-    # does not apply
+    # burn-in, each moving the precisions towards its optimum (adam where it does not apply)
     marglik_frequency: int = option(2, minimum=1)
-    prior_update: PriorUpdate = PriorUpdate.AUTO
-    # None: DEFAULT_PRIOR_STEP, or 1 with --prior-update adam (which does not use it)
-    prior_step: float | None = option(None, greater_than=0, maximum=1)
-    n_hypersteps: int = option(EvidenceRounds.n_hypersteps, minimum=0)
-    lr_hyp: float = option(0.1, greater_than=0)
-    backend: Backend = Backend.NATIVE
-    hessian: HessianStructure = HessianStructure.KRON
-    # stratified with the native backend (exact for regression), see marglik_subset_size
-    ggn: GGN = GGN.AUTO
-    marglik_batch_size: int = option(EvidenceRounds.batch_size, minimum=1)
-    # a fresh class-balanced subset each round, fitted with the stratified GGN
-    marglik_subset_size: int | None = option(EvidenceRounds.subset_size, minimum=1)
-    # the subset's curvature scaled by the traces of all N examples against the subset's:
-    # a ratio estimator that removes most of the rounds' common noise; forward: a pass at
-    # each round
-    subset_control: SubsetControl = EvidenceRounds.control
-    # the weights after a round: left to the training steps, or moved to the new prior's
-    # MAP as the round's GGN predicts (an option until it wins on the validation splits)
-    weight_response: WeightResponse = WeightResponse.NONE
-
-    #: half the way to each round's optimum (see prior_update)
-    DEFAULT_PRIOR_STEP: ClassVar[float] = 0.5
+    prior_update: PriorUpdate = EvidenceRecipe.update
+    # None: OPTIMUM_STEP, or 1 with --prior-update adam (which does not use it)
+    prior_step: float | None = option(EvidenceRecipe.step, greater_than=0, maximum=1)
+    n_hypersteps: int = option(EvidenceRecipe.n_hypersteps, minimum=0)
+    lr_hyp: float = option(EvidenceRecipe.lr, greater_than=0)
+    backend: Backend = Backend.default_for(EvidenceRecipe.hessian)
+    hessian: HessianStructure = EvidenceRecipe.hessian
+    ggn: GGN = EvidenceRecipe.ggn
+    marglik_batch_size: int = option(EvidenceRecipe.batch_size, minimum=1)
+    marglik_subset_size: int | None = option(EvidenceRecipe.subset_size, minimum=1)
+    subset_control: SubsetControl = EvidenceRecipe.control
+    weight_response: WeightResponse = EvidenceRecipe.response
 
     def check(self) -> None:
         super().check()
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
-            step = 1.0 if self.prior_update == PriorUpdate.ADAM else self.DEFAULT_PRIOR_STEP
+            step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP
             object.__setattr__(self, "prior_step", step)
         if (
             self.prior_update_rule() == PriorUpdate.OPTIMUM
@@ -160,13 +149,9 @@ class ScheduleConfig(OptimizerConfig):
             )
 
     def prior_update_rule(self) -> PriorUpdate:
-        """The update in force: ``prior_update``, with ``auto`` resolved (``optimum`` with
-        the Kronecker Hessian, which its closed form needs; ``adam`` otherwise)."""
-        if self.prior_update == PriorUpdate.AUTO:
-            return (
-                PriorUpdate.OPTIMUM if self.hessian == HessianStructure.KRON else PriorUpdate.ADAM
-            )
-        return self.prior_update
+        """The update in force: ``prior_update`` with ``auto`` resolved
+        (:func:`~ella.engine.recipe.resolved_update`)."""
+        return resolved_update(self.prior_update, self.hessian)
 
     def steps_priors_by_adam(self) -> bool:
         """Whether the evidence rounds take Adam steps on the log precisions (the steps

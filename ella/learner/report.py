@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -91,9 +92,47 @@ def layer_mean_shares(layers: list[dict]) -> dict[str, float]:
     return {p: summary[p] for p in ALL_PATH_NAMES if p in summary}
 
 
+def prior_convergence(rounds: list[dict[str, float]], tolerance: float = 0.05) -> dict:
+    """Whether the prior precisions had settled by the last evidence round.
+
+    Args:
+        rounds: ``{group: precision}`` after each evidence round, in order.
+        tolerance: the largest change of a log precision between the last two rounds
+            that counts as converged (0.05: every precision within about 5%).
+
+    Returns:
+        ``{"rounds", "last_change", "converged", "tolerance", "group", "rising"}``;
+        ``last_change`` is ``max_g |log delta_g(last) - log delta_g(previous)|``,
+        ``group`` the group it belongs to and ``rising`` whether that precision grew (a
+        path the evidence is switching off keeps rising); None with fewer than two
+        rounds, which never counts as converged.
+    """
+    change = group = rising = None
+    if len(rounds) >= 2:
+        last, previous = rounds[-1], rounds[-2]
+        steps = {g: math.log(last[g]) - math.log(previous[g]) for g in last}
+        group = max(steps, key=lambda g: abs(steps[g]))
+        change, rising = abs(steps[group]), steps[group] > 0
+    return {
+        "rounds": len(rounds),
+        "last_change": change,
+        "converged": change is not None and change < tolerance,
+        "tolerance": tolerance,
+        "group": group,
+        "rising": rising,
+    }
+
+
+def shares_history(metrics: list[dict]) -> list[dict]:
+    """The mean shares recorded at each evidence round of a run's epoch rows:
+    ``[{"epoch": e, "fc": ..., "conv": ..., "gconv": ...}]`` (rows without ``"shares"``
+    are skipped)."""
+    return [{"epoch": row["epoch"], **row["shares"]} for row in metrics if "shares" in row]
+
+
 def convergence_line(convergence: dict) -> str:
     """One line saying whether the priors had converged (see
-    :func:`ella.learner.prior_convergence`)."""
+    :func:`prior_convergence`)."""
     rounds, change = convergence["rounds"], convergence["last_change"]
     if change is None:
         return "priors: not converged (one evidence round; convergence needs two or more)"

@@ -23,7 +23,7 @@ checkpoint (it draws the GGN's sampled labels); the data order of the epoch trai
 after ``e`` completed epochs is drawn from ``epoch_generator(seed, e, DATA_ORDER)``
 (:func:`seed_epoch_order` sets it on a shuffling ``DataLoader``), and each round's
 subset from ``epoch_generator(seed, e, EVIDENCE_SUBSET)`` with ``e`` the epoch just
-trained (:meth:`~ella.engine.rounds.EvidenceRounds.subset`).
+trained (:meth:`~ella.engine.recipe.EvidenceRecipe.subset`).
 """
 
 from __future__ import annotations
@@ -269,12 +269,12 @@ class AlternatingRun(EpochRun):
     def records_traces(self) -> bool:
         """Whether the training passes record each example's trace: the rounds learn on a
         subset of a classification set with the ``training`` control variate."""
-        rounds = self.priors.rounds
+        recipe = self.priors.recipe
         return (
-            rounds.control == SubsetControl.TRAINING
+            recipe.control == SubsetControl.TRAINING
             and self.learning()
             and self.likelihood == Likelihood.CLASSIFICATION
-            and rounds.draws_subset(len(self.train_data))
+            and recipe.draws_subset(len(self.train_data))
         )
 
     def trace_device(self) -> torch.device:
@@ -309,7 +309,7 @@ class AlternatingRun(EpochRun):
     def round_labels(self) -> torch.Tensor | None:
         """The training labels a class-balanced round subset is drawn by (read once)."""
         classification = self.likelihood == Likelihood.CLASSIFICATION
-        partial = self.priors.rounds.draws_subset(len(self.train_data))
+        partial = self.priors.recipe.draws_subset(len(self.train_data))
         if self.labels is None and classification and partial:
             self.labels = dataset_labels(self.train_data)
         return self.labels
@@ -334,13 +334,13 @@ class AlternatingRun(EpochRun):
         """What a round adds to its epoch's row: the precisions, the gap to the round's
         optimum, the control variate's factor (subset rounds with a control) and the mean
         shares (networks with relaxed layers)."""
-        rounds = self.priors.rounds
+        recipe = self.priors.recipe
         row: dict = {"prior_precision": self.priors.prior_precision}
         gap = self.round_gap()
         if gap is not None:
             row["prior_gap"] = gap
-        partial = rounds.draws_subset(len(self.train_data))
-        if partial and rounds.control != SubsetControl.NONE:
+        partial = recipe.draws_subset(len(self.train_data))
+        if partial and recipe.control != SubsetControl.NONE:
             row["curvature_ratio"] = self.priors.last_curvature_ratio
         shares = self.round_shares()
         if shares:

@@ -31,7 +31,7 @@ from ella.choices import (
 from ella.config import option
 from ella.data.datasets import image_side
 from ella.engine.graphs import use_cuda_graph
-from ella.engine.rounds import LOOP_CONTROL
+from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
 from ella.models.build import check_mixer_options

@@ -53,7 +53,7 @@ from ella.distributed import (
 from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
-from ella.engine.rounds import LOOP_CONTROL
+from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json

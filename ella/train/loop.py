@@ -182,7 +182,7 @@ class Trainer(AlternatingRun):
         check_batches(self.n_train, config.batch_size, self.world)
         self.priors = PriorLearner.from_config(self.net, self.n_train, config)
         # the rounds' control where they learn the network's priors on a subset, else none
-        self.priors.rounds = dataclasses.replace(self.priors.rounds, control=self.subset_control())
+        self.priors.recipe = self.priors.recipe.replace(control=self.subset_control())
         self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
         if config.learn_priors or config.invariance == InvarianceMethod.LEARNED:
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
@@ -415,7 +415,7 @@ class Trainer(AlternatingRun):
         """The control variate the evidence rounds use: ``config.subset_control`` where the
         rounds learn the network's priors on a subset of the training images, else none
         (an invariant model's rounds use :meth:`invariance_evidence` instead)."""
-        partial = self.priors.rounds.draws_subset(self.n_train)
+        partial = self.priors.recipe.draws_subset(self.n_train)
         if not partial or not self.config.learn_priors or self.invariant:
             return SubsetControl.NONE
         return self.config.subset_control

@@ -216,16 +216,22 @@ def test_gconv_rate_auto_is_group_order_with_adam_and_same_with_sgd():
     assert absent_means(TrainConfig)["gconv_lr"] == "same"
 
 
-def test_the_evidence_rounds_defaults_are_stated_once():
-    """ScheduleConfig's round options take their defaults from EvidenceRounds' fields, and
-    ella train's and ella.fit's control is the one loop control."""
-    from ella.engine.rounds import LOOP_CONTROL, EvidenceRounds
+def test_the_evidence_defaults_are_the_recipes():
+    """ScheduleConfig's evidence options take their defaults from EvidenceRecipe's fields
+    (the same recipe in force), and ella train's and ella.fit's control is the one loop
+    control; PriorLearner's default recipe is EvidenceRecipe()."""
+    from ella.engine.recipe import LOOP_CONTROL, EvidenceRecipe
     from ella.engine.schedule import ScheduleConfig
+    from ella.learner import PriorLearner
     from ella.train.fit import FitConfig
 
-    assert EvidenceRounds.from_config(ScheduleConfig()) == EvidenceRounds()
+    default = EvidenceRecipe()
+    assert EvidenceRecipe.from_config(ScheduleConfig()).resolved() == default.resolved()
     for config in (TrainConfig(), FitConfig()):
-        assert EvidenceRounds.from_config(config) == EvidenceRounds(control=LOOP_CONTROL)
+        loop = default.replace(control=LOOP_CONTROL).resolved()
+        assert EvidenceRecipe.from_config(config).resolved() == loop
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    assert PriorLearner(model, n_data=10).recipe == default
 
 
 def test_stacked_fc_maps_are_scaled_by_each_maps_fan_in():

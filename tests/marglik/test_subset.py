@@ -158,7 +158,6 @@ def test_a_rounds_scaled_likelihood_and_curvature_are_the_full_ones_in_expectati
     sum_n diag p_n - p_n p_n^T) is the full fit's, within the rounds' standard error. (The
     log evidence itself is not: its log-determinants are concave in the curvature.)"""
     from ella import PriorLearner
-    from ella.engine.rounds import EvidenceRounds
 
     g = torch.Generator().manual_seed(0)
     n, d, k, rounds = 24, 4, 3, 120
@@ -171,9 +170,9 @@ def test_a_rounds_scaled_likelihood_and_curvature_are_the_full_ones_in_expectati
         la = evidence.laplace
         return torch.cat([torch.as_tensor(la.loss).reshape(1), la.H_facs.kfacs[1][0].flatten()])
 
-    whole = PriorLearner(model, n, ggn="exact", rounds=EvidenceRounds(subset_size=None))
+    whole = PriorLearner(model, n, ggn="exact", subset_size=None)
     full = parts(whole.fit_round(data, 1))
-    sub = PriorLearner(model, n, ggn="exact", rounds=EvidenceRounds(subset_size=12, control="none"))
+    sub = PriorLearner(model, n, ggn="exact", subset_size=12, control="none")
     draws = torch.stack([parts(sub.fit_round(data, epoch)) for epoch in range(1, rounds + 1)])
     assert sub.evidence.n_data == n and len(sub.round_subset(data, 1)) == 12
     mean, error = draws.mean(0), draws.std(0) / rounds**0.5

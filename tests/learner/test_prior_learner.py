@@ -15,6 +15,9 @@ from ella.learner import prior_convergence
 from ella.marglik import LaplaceEvidence, PriorStructure
 from tests.user_models import user_model
 
+#: the ELLA reference's rounds: Adam steps on the priors with the exact GGN
+ADAM_EXACT = {"update": "adam", "ggn": "exact"}
+
 
 def data(n: int = 24) -> TensorDataset:
     g = torch.Generator().manual_seed(1)
@@ -67,14 +70,15 @@ def test_a_prior_centred_at_init_penalises_only_what_training_added(tmp_path):
     other.load_state_dict(state)
     torch.testing.assert_close(other.prior_mean, priors.prior_mean, rtol=0, atol=0)
     zero_mean = PriorLearner(user_model(), n_data=24)
+    before = zero_mean.log_prior.detach().clone()
     with pytest.raises(ConfigError, match="centred at init.*prior_mean"):
         zero_mean.load_state_dict(state)
-    assert zero_mean.log_prior.detach().eq(0.0).all()  # refused before anything was loaded
+    assert torch.equal(zero_mean.log_prior.detach(), before)  # refused before any load
 
 
 def test_an_evidence_step_without_steps_is_the_laplace_evidence(float64):
     model = user_model()
-    priors = PriorLearner(model, n_data=24, prior_precision=0.3)
+    priors = PriorLearner(model, n_data=24, prior_precision=0.3, ggn="exact", update="adam")
     value = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
     reference = LaplaceEvidence(model, PriorStructure(model))
     reference.fit(DataLoader(data(), batch_size=8))
@@ -85,14 +89,14 @@ def test_an_evidence_step_without_steps_is_the_laplace_evidence(float64):
 def test_a_list_of_batches_is_the_same_as_a_loader(float64):
     results = []
     for batches in (DataLoader(data(), batch_size=8), list(DataLoader(data(), batch_size=8))):
-        priors = PriorLearner(user_model(), n_data=24)
+        priors = PriorLearner(user_model(), n_data=24, **ADAM_EXACT)
         results.append((priors.evidence_step(batches, n_hypersteps=5), priors.log_prior.detach()))
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-12)
     torch.testing.assert_close(results[0][1], results[1][1])
 
 
 def test_hypersteps_raise_the_evidence_of_the_fit(float64):
-    priors = PriorLearner(user_model(), n_data=24)
+    priors = PriorLearner(user_model(), n_data=24, **ADAM_EXACT)
     before = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
     after = priors.hyper_steps(30)
     assert after > before and priors.history == [before, after]
@@ -100,9 +104,11 @@ def test_hypersteps_raise_the_evidence_of_the_fit(float64):
 
 def test_the_optimum_update_reaches_the_best_evidence_of_the_round(float64):
     loader = DataLoader(data(), batch_size=8)
-    adam = PriorLearner(user_model(), n_data=24, prior_precision=0.3)
+    adam = PriorLearner(user_model(), n_data=24, prior_precision=0.3, **ADAM_EXACT)
     adam_value = adam.evidence_step(loader, n_hypersteps=5)
-    best = PriorLearner(user_model(), n_data=24, prior_precision=0.3, update="optimum")
+    best = PriorLearner(
+        user_model(), n_data=24, prior_precision=0.3, ggn="exact", update="optimum", step=1.0
+    )
     best_value = best.evidence_step(loader)
     torch.testing.assert_close(best.log_prior.detach(), best.evidence.optimal_log_prior())
     assert best_value > adam_value  # the same fit (same weights), a better prior
@@ -112,13 +118,15 @@ def test_the_optimum_update_reaches_the_best_evidence_of_the_round(float64):
     assert adam.gaps == [pytest.approx(gap, rel=1e-9)] and gap > 0.1
     with pytest.raises(ConfigError, match="Kronecker"):
         PriorLearner(user_model(), n_data=24, hessian="diag", backend="asdl", update="optimum")
-    with pytest.raises(ConfigError, match="update='auto' is a configuration's choice"):
-        PriorLearner(user_model(), n_data=24, update="auto")
+    # auto: the optimum where it applies (Kronecker Hessian), Adam elsewhere
+    assert PriorLearner(user_model(), n_data=24).update == "optimum"
+    assert PriorLearner(user_model(), n_data=24, hessian="diag").update == "adam"
 
 
 def test_a_damped_optimum_update_moves_the_given_fraction_of_the_way(float64):
     loader = DataLoader(data(), batch_size=8)
-    half = PriorLearner(user_model(), n_data=24, prior_precision=0.3, update="optimum", step=0.5)
+    half = PriorLearner(user_model(), n_data=24, prior_precision=0.3, ggn="exact")
+    assert half.step == 0.5  # the recipe's step towards the optimum
     half.fit(loader)
     before = half.log_prior.detach().clone()
     optimum = half.evidence.optimal_log_prior()
@@ -129,7 +137,7 @@ def test_a_damped_optimum_update_moves_the_given_fraction_of_the_way(float64):
     half.hyper_steps(0)
     torch.testing.assert_close(half.log_prior.detach(), optimum - 0.25 * (optimum - before))
     with pytest.raises(ConfigError, match="needs update='optimum'"):
-        PriorLearner(user_model(), n_data=24, step=0.5)
+        PriorLearner(user_model(), n_data=24, update="adam", step=0.5)
     with pytest.raises(ConfigError, match=r"step must be in \(0, 1\]"):
         PriorLearner(user_model(), n_data=24, update="optimum", step=1.5)
 
@@ -164,7 +172,7 @@ def test_convergence_line_names_the_group_that_moved_most():
 
 def test_a_subset_of_batches_is_the_scaled_estimator(float64):
     model = user_model()
-    priors = PriorLearner(model, n_data=240)
+    priors = PriorLearner(model, n_data=240, prior_precision=1.0, **ADAM_EXACT)
     value = priors.evidence_step(DataLoader(data(), batch_size=8), n_hypersteps=0)
     reference = LaplaceEvidence(model, PriorStructure(model))
     reference.fit(DataLoader(data(), batch_size=8), n_data=240)
@@ -185,10 +193,10 @@ def test_report_lists_the_users_layers_and_paths():
 
 def test_state_dict_round_trip_continues_identically(tmp_path, float64):
     loader = list(DataLoader(data(), batch_size=8))
-    first = PriorLearner(user_model(), n_data=24)
+    first = PriorLearner(user_model(), n_data=24, **ADAM_EXACT)
     first.evidence_step(loader, n_hypersteps=4)
     torch.save(first.state_dict(), tmp_path / "priors.pt")
-    second = PriorLearner(user_model(), n_data=24)
+    second = PriorLearner(user_model(), n_data=24, **ADAM_EXACT)
     second.load_state_dict(torch.load(tmp_path / "priors.pt", weights_only=True))
     assert second.history == first.history
     first.evidence_step(loader, n_hypersteps=4)
