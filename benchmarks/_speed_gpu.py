@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks._common import environment, write_generated, write_results
+from benchmarks.common import environment, write_generated, write_results
 from benchmarks.table3 import PROFILES, row_config
 from ella.train import TrainConfig, Trainer
 from ella.train.loop import evidence_epochs

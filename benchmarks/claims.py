@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from benchmarks._common import splice_between, write_between
-from benchmarks._runner import PAPER_SCHEDULE
+from benchmarks.common import splice_between, write_between
+from benchmarks.runner import PAPER_SCHEDULE
 
 ROOT = Path(__file__).resolve().parent.parent
 README = Path("README.md")

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._common import environment, write_results
-from benchmarks._runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
+from benchmarks.common import environment, write_results
+from benchmarks.runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
 from ella.io import save_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from benchmarks._runner import (
+from benchmarks.runner import (
     SMOKE,
     claims_markdown,
     common_arguments,

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
-from benchmarks._common import environment, write_results
+from benchmarks.common import environment, write_results
 from ella.cli.demo import PATH_SETS, time_forward_backward
 from ella.marglik import PerChannelView
 from ella.marglik.laplace_internals import kron_factors

@@ -27,8 +27,8 @@ import argparse
 
 import torch
 
-from benchmarks._ensembles import run_ensembles
-from benchmarks._runner import (
+from benchmarks.ensembles import run_ensembles
+from benchmarks.runner import (
     common_arguments,
     header_line,
     load_or_measure,

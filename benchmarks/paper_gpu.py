@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import GENERATED, RESULTS, check_generated, write_generated
+from benchmarks.common import GENERATED, RESULTS, check_generated, write_generated
 from benchmarks.table3 import PROFILES, row_config
 from ella.io import atomic_write, load_torch, save_jsonl, save_torch
 from ella.rundir import CHECKPOINT, CONFIG, METRICS, read_json

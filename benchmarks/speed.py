@@ -47,7 +47,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from benchmarks._common import environment, write_results
+from benchmarks.common import environment, write_results
 from ella.choices import GGN, Backend
 from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks._runner import (
+from benchmarks.runner import (
     ADAM_ROUNDS,
     MC_ROUNDS,
     PAPER_SCHEDULE,

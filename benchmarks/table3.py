@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks._runner import (
+from benchmarks.runner import (
     MC_ROUNDS,
     PAPER_SCHEDULE,
     SAME_GCONV_RATE,

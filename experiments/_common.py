@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks import _common as benchmark_common
-from benchmarks._common import (
+from benchmarks import common as benchmark_common
+from benchmarks.common import (
     GENERATED,
     check_generated,
     environment,
@@ -25,14 +25,14 @@ def write_results(
     name: str, payload: dict, markdown: str, results_dir: Path = EXPERIMENT_RESULTS
 ) -> None:
     """Write ``NAME.json`` and ``NAME.md`` under ``results_dir``
-    (:func:`benchmarks._common.write_generated`)."""
+    (:func:`benchmarks.common.write_generated`)."""
     results_dir = Path(results_dir)
     write_generated(results_dir / f"{name}.json", payload, results_dir / f"{name}.md", markdown)
 
 
 def as_experiment(payload: dict) -> dict:
     """``payload`` with its ``command`` naming the script's module under ``experiments``
-    (:func:`benchmarks._runner.stamp` writes ``python -m benchmarks.NAME``)."""
+    (:func:`benchmarks.runner.stamp` writes ``python -m benchmarks.NAME``)."""
     command = payload.get("command")
     if isinstance(command, str) and command.startswith("python -m benchmarks."):
         payload["command"] = "python -m experiments." + command.removeprefix(

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import table1, table3
-from benchmarks._runner import (
+from benchmarks.runner import (
     analysis_lines,
     claims_markdown,
     common_arguments,

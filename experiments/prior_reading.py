@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from benchmarks._runner import RANDOM_START
+from benchmarks.runner import RANDOM_START
 from ella.choices import PriorMode
 from ella.learner.report import effective_parameter_report
 from ella.marglik import PriorStructure

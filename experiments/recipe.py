@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._runner import (
+from benchmarks.runner import (
     MC_ROUNDS,
     RANDOM_START,
     SAME_GCONV_RATE,

@@ -22,17 +22,17 @@ import itertools
 import json
 from pathlib import Path
 
-from benchmarks._ensembles import run_ensembles
-from benchmarks._runner import (
+from benchmarks.ensembles import run_ensembles
+from benchmarks.fordes import DATASETS, METHODS, build_runs
+from benchmarks.fordes import PROFILES as FORDES_PROFILES
+from benchmarks.fordes import measure as fordes_measure
+from benchmarks.runner import (
     common_arguments,
     header_line,
     load_or_measure,
     partial_path,
     write,
 )
-from benchmarks.fordes import DATASETS, METHODS, build_runs
-from benchmarks.fordes import PROFILES as FORDES_PROFILES
-from benchmarks.fordes import measure as fordes_measure
 from ella.ensembles import EnsembleTrainer
 from experiments._common import BENCHMARK_RESULTS, EXPERIMENT_RESULTS, as_experiment
 

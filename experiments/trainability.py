@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks._runner import default_data_dir
+from benchmarks.runner import default_data_dir
 from ella.data.datasets import ImageData, load_dataset
 from ella.io import save_json
 from ella.models import mixer

@@ -7,6 +7,7 @@ directory; the README stays short, current and free of dates and commit hashes.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -129,3 +130,75 @@ def test_the_package_does_not_quote_the_research_log():
         if any(f"{place}/" in path.read_text() for place in RESULT_PLACES)
     )
     assert not quoting, f"these modules cite records or results files: {quoting}"
+
+
+#: the packages whose private names (a module or name starting with ``_``) no experiment uses
+PUBLIC_ONLY = ("ella", "benchmarks")
+
+
+def _private(dotted: str) -> bool:
+    """Whether a dotted name under :data:`PUBLIC_ONLY` has a part starting with ``_`` (not a
+    dunder such as ``__version__``)."""
+    parts = dotted.split(".")
+    return parts[0] in PUBLIC_ONLY and any(
+        p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts
+    )
+
+
+def private_uses(source: str) -> list[str]:
+    """The private names of ``ella`` or ``benchmarks`` that ``source`` imports or reaches as
+    an attribute of an imported name (``from ella.x import _y``, ``import ella.x._y``,
+    ``ella.x._y``, ``from benchmarks import _common``), as ``line: dotted.name``."""
+    tree = ast.parse(source)
+    bound: dict[str, str] = {}  # local name -> the dotted name it was imported as
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _private(alias.name):
+                    found.append(f"{node.lineno}: {alias.name}")
+                local = alias.asname or alias.name.split(".")[0]
+                bound[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if _private(dotted):
+                    found.append(f"{node.lineno}: {dotted}")
+                bound[alias.asname or alias.name] = dotted
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, base = [], node
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                dotted = ".".join([bound[base.id], *reversed(chain)])
+                if _private(dotted) and not _private(bound[base.id]):
+                    found.append(f"{node.lineno}: {dotted}")
+    return sorted(set(found))
+
+
+def test_the_private_use_check_finds_each_form():
+    assert private_uses("from ella.nn import _helper") == ["1: ella.nn._helper"]
+    assert private_uses("import ella.nn._impl as impl") == ["1: ella.nn._impl"]
+    assert private_uses("import ella\nella.nn._helper(1)") == ["2: ella.nn._helper"]
+    assert private_uses("from ella import nn\nnn.paths._x") == ["2: ella.nn.paths._x"]
+    assert private_uses("from benchmarks import _common") == ["1: benchmarks._common"]
+    assert private_uses("from benchmarks._runner import write") == ["1: benchmarks._runner.write"]
+    public = "import ella\nfrom ella.marglik.laplace_internals import kron_factors\n"
+    public += "from experiments._common import write_results\nella.__version__\nself._x\n"
+    assert private_uses(public) == []
+
+
+def test_experiments_use_only_public_api():
+    """Every file under experiments/ (scripts and their tests) uses ``ella``'s public names
+    and the public harness of benchmarks/ (``common``, ``runner``, ``ensembles``), never a
+    module or name starting with ``_``; experiments' own ``_common`` is theirs to use."""
+    files = sorted((ROOT / "experiments").rglob("*.py"))
+    assert len(files) > 10
+    private = {
+        str(path.relative_to(ROOT)): uses
+        for path in files
+        if (uses := private_uses(path.read_text()))
+    }
+    assert not private, f"experiments use private names of ella or benchmarks: {private}"

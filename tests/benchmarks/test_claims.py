@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from benchmarks import claims
-from benchmarks._common import splice_between
 from benchmarks.claims import NO, NOISE, UNMEASURED, YES, verdict
+from benchmarks.common import splice_between
 
 ROOT = claims.ROOT
 

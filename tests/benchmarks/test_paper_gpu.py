@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from benchmarks import paper_gpu
-from benchmarks._common import GENERATED
+from benchmarks.common import GENERATED
 from ella.io import save_json, save_jsonl, save_torch
 from ella.train import TrainConfig, Trainer
 

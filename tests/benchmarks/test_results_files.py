@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from benchmarks._common import GENERATED, RESULTS, check_generated, write_generated
-from benchmarks._runner import write
+from benchmarks.common import GENERATED, RESULTS, check_generated, write_generated
+from benchmarks.runner import write
 from experiments._common import EXPERIMENT_RESULTS, as_experiment
 
 BENCHMARKS = RESULTS.parent
@@ -20,7 +20,7 @@ EXPERIMENTS = EXPERIMENT_RESULTS.parent
 #: the scripts' folders and the folder each writes to by default
 SCRIPT_FOLDERS = {BENCHMARKS: RESULTS, EXPERIMENTS: EXPERIMENT_RESULTS}
 #: where the guarded writers are defined (the only files that may write a file directly)
-WRITERS = {BENCHMARKS / "_common.py", EXPERIMENTS / "_common.py"}
+WRITERS = {BENCHMARKS / "common.py", EXPERIMENTS / "_common.py"}
 
 
 def scripts():
@@ -80,9 +80,10 @@ def test_no_script_replaces_a_hand_written_result(md):
 
 
 def test_no_script_writes_a_file_but_through_the_guarded_writers():
-    """Only the two _common.py files call ``save_text``, ``write_text`` or ``write_bytes``;
-    every other script under benchmarks/ and experiments/ writes Markdown through
-    :func:`write_generated` (or ``write_markdown``) and JSON progress through ``save_json``."""
+    """Only benchmarks/common.py and experiments/_common.py call ``save_text``,
+    ``write_text`` or ``write_bytes``; every other script under benchmarks/ and experiments/
+    writes Markdown through :func:`write_generated` (or ``write_markdown``) and JSON
+    progress through ``save_json``."""
     writers = {"save_text", "write_text", "write_bytes"}
     checked = 0
     for script in scripts():
@@ -98,7 +99,7 @@ def test_no_script_writes_a_file_but_through_the_guarded_writers():
 
 def test_an_experiment_writes_to_experiments_results_by_default():
     """No script under experiments/ takes benchmarks/results as its default folder: it does
-    not import ``RESULTS`` from benchmarks, and where it adds ``benchmarks._runner``'s
+    not import ``RESULTS`` from benchmarks, and where it adds ``benchmarks.runner``'s
     common arguments (whose ``--results-dir`` is benchmarks/results) it sets the default."""
     for script in sorted(EXPERIMENTS.glob("*.py")):
         tree = ast.parse(script.read_text())

@@ -129,7 +129,7 @@ def test_speed_runs_map_and_ella_in_turns(monkeypatch):
 
 
 def test_comparison_notes_name_a_run_whose_training_collapsed():
-    from benchmarks._runner import comparison_notes
+    from benchmarks.runner import comparison_notes
 
     collapse = {
         "best": 0.994, "best_epoch": 56, "lowest": 0.154, "lowest_epoch": 63,

@@ -1,4 +1,7 @@
-"""Helpers shared by the benchmark scripts: environment stamp and result writing."""
+"""The harness shared by the benchmark scripts and the experiments (``experiments/``): the
+environment stamp and the guarded result writers, the one place a script writes a results
+file. A Markdown file a writer writes ends with :data:`GENERATED`, and no writer replaces a
+file without it (a hand-written record)."""
 
 from __future__ import annotations
 
@@ -111,3 +114,16 @@ def write_between(path: Path, begin: str, end: str, block: str) -> bool:
         return False
     save_text(new, path)
     return True
+
+
+__all__ = [
+    "GENERATED",
+    "RESULTS",
+    "check_generated",
+    "environment",
+    "splice_between",
+    "write_between",
+    "write_generated",
+    "write_markdown",
+    "write_results",
+]

@@ -1,4 +1,7 @@
-"""Running a list of training configurations and writing a results table."""
+"""The harness shared by the benchmark scripts and the experiments (``experiments/``):
+running a list of training configurations (resuming an interrupted one), the profiles'
+pinned settings, the common command-line arguments, and stamping and writing a results
+table through :mod:`benchmarks.common`'s guarded writers."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks._common import RESULTS, environment, write_generated
+from benchmarks.common import RESULTS, environment, write_generated
 from ella.engine.health import collapse_line
 from ella.io import atomic_write, save_json
 from ella.learner.report import share_summary
@@ -282,3 +285,30 @@ def header_line(payload: dict, data_note: str = "") -> str:
         f"seed {payload['seed']}; {data}{payload['environment']['device']}, "
         f"{payload['torch_threads']} threads; wall time {payload['wall_time_s'] / 60:.1f} min."
     )
+
+
+__all__ = [
+    "ADAM_ROUNDS",
+    "MC_ROUNDS",
+    "PAPER_SCHEDULE",
+    "RANDOM_START",
+    "SAME_GCONV_RATE",
+    "SMOKE",
+    "analysis_lines",
+    "claims_markdown",
+    "command_line",
+    "common_arguments",
+    "comparison_notes",
+    "default_data_dir",
+    "header_line",
+    "load_or_measure",
+    "partial_path",
+    "run_all",
+    "run_or_load",
+    "run_with_partial",
+    "save_figure_atomic",
+    "schedule_note",
+    "stamp",
+    "train_row",
+    "write",
+]

@@ -1,4 +1,6 @@
-"""Running a list of ensemble configurations with partial-result resume (shared by osp/fordes)."""
+"""The harness shared by the benchmark scripts and the experiments (``experiments/``):
+running a list of ensemble configurations, resuming an interrupted one (``osp``, ``fordes``
+and ``experiments.repulsion``)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks._runner import run_with_partial
+from benchmarks.runner import run_with_partial
 from ella.ensembles import EnsembleConfig, EnsembleTrainer
 
 Measure = Callable[[dict, EnsembleTrainer], dict]
@@ -19,7 +21,7 @@ def run_ensembles(
     partial: Path | None = None,
 ) -> list[dict]:
     """Train every configuration and ``measure(labels, trainer)`` it; one row per run,
-    resuming from ``partial`` (see :func:`benchmarks._runner.run_with_partial`)."""
+    resuming from ``partial`` (see :func:`benchmarks.runner.run_with_partial`)."""
 
     def run_one(labels: dict, config: EnsembleConfig) -> dict:
         start = time.perf_counter()
@@ -28,3 +30,6 @@ def run_ensembles(
         return {**labels, **measure(labels, trainer), "seconds": time.perf_counter() - start}
 
     return run_with_partial(runs, run_one, desc, partial)
+
+
+__all__ = ["Measure", "run_ensembles"]
