@@ -2,14 +2,15 @@
 
 :class:`Trainer` builds what a :class:`~ella.train.config.TrainConfig` names (the data
 set with its validation split, the mixer or another of :mod:`ella.models`, input
-invariance, augmentation, the step's arithmetic and its CUDA graph) and trains it with the loop that
-:func:`ella.fit` runs (:class:`~ella.train.alternating.AlternatingRun`: MAP steps with
+invariance, augmentation, the step's arithmetic and its CUDA graph) and trains it with
+the loop that :func:`ella.fit` runs (:class:`~ella.train.alternating.AlternatingRun`: MAP steps with
 the prior term, and the :class:`~ella.learner.PriorLearner`'s evidence rounds). What is
 its own: the batches, cut from the images in memory and augmented on the device
-(:meth:`Trainer.epoch_batches`); the rounds of an input-invariant model, Adam steps
-through the differentiable evidence of the invariant model
-(:meth:`Trainer.invariance_hyper_steps`); the best-evidence state; and the run
-directory's ``results.json`` and figures (:meth:`Trainer.finish`).
+(:meth:`Trainer.epoch_batches`); the input invariance it is given
+(:class:`~ella.train.input_invariance.InputInvariance`: the invariant classifier, its
+loss term and its rounds of Adam steps through the differentiable evidence); the
+best-evidence state; and the run directory's ``results.json`` and figures
+(:meth:`Trainer.finish`).
 
 :class:`~ella.train.config.TrainConfig`'s defaults resolve ``ggn`` and ``prior_update``
 (``auto``) to the stratified GGN and the closed-form step, on a subset with the
@@ -55,8 +56,7 @@ from ella.engine.graphs import StepGraph, use_cuda_graph
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
-from ella.invariance import InvarianceEvidence, InvariantClassifier, eta_as_dict
-from ella.invariance.affine import FULL_EXTENTS, eta_from_mapping
+from ella.invariance import InvarianceEvidence
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.learner.report import (
@@ -74,6 +74,7 @@ from ella.rundir import checkpoint_note
 from ella.system import resolve_device
 from ella.train.alternating import AlternatingRun, AlternatingState, Batch
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
+from ella.train.input_invariance import InputInvariance
 
 
 def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDataset | None]:
@@ -168,7 +169,13 @@ class Trainer(AlternatingRun):
             # the same images in every process, so every process starts from the same weights
             self.net.standardise_head(self.data.train.tensors[0][:HEAD_INIT_IMAGES])
         self.net = self.net.to(self.device)
-        self.model = self._wrap_invariance(self.net).to(self.device)
+        #: the input invariance the run learns or imposes (--invariance), or None
+        self.invariance = (
+            None
+            if config.invariance == InvarianceMethod.NONE
+            else InputInvariance(config, self.net, self.device)
+        )
+        self.model = self.invariance.model if self.invariance else self.net
         self.train_model = data_parallel(self.model, self.world)
         if config.compile:
             self.train_model = CompiledOrEager(self.train_model, announce=self.world.is_main)
@@ -188,9 +195,7 @@ class Trainer(AlternatingRun):
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
         self.optimizer = make_optimizer(self.model, config)
         self.hyper_optimizer = self.priors.optimizer
-        self.eta_optimizer = (
-            torch.optim.Adam([self.model.eta], lr=config.lr_eta) if self.learns_eta else None
-        )
+        self.eta_optimizer = self.invariance.eta_optimizer if self.invariance else None
         self.step_graph = self._step_graph(config)
         self.state = TrainState()
         # the evidence of the last evidence round, for that round's report (round_report)
@@ -254,51 +259,14 @@ class Trainer(AlternatingRun):
             )
 
     # ------------------------------------------------------------------ invariance
-    def _wrap_invariance(self, net: nn.Module) -> nn.Module:
-        """``net`` itself, or an :class:`InvariantClassifier` around it."""
-        cfg = self.config
-        if cfg.invariance == InvarianceMethod.NONE:
-            return net
-        if cfg.invariance == InvarianceMethod.FULL:
-            eta = eta_from_mapping(FULL_EXTENTS)
-        else:
-            eta = torch.full((6,), cfg.eta_init)
-        model = InvariantClassifier(
-            net,
-            generators=cfg.generators,
-            eta=eta,
-            n_samples=cfg.invariance_samples,
-            eval_samples=cfg.invariance_eval_samples,
-            seed=cfg.seed,
-        )
-        if cfg.invariance in (InvarianceMethod.LEARNED, InvarianceMethod.AUGERINO):
-            model.eta.requires_grad_()
-        return model
-
     @property
     def invariant(self) -> bool:
-        return isinstance(self.model, InvariantClassifier)
-
-    @property
-    def learns_eta(self) -> bool:
-        return self.config.invariance in (InvarianceMethod.LEARNED, InvarianceMethod.AUGERINO)
+        """Whether the model is an invariant classifier (``--invariance`` not ``none``)."""
+        return self.invariance is not None
 
     def eta(self) -> dict[str, float]:
-        """The current extents per generator (zeros for inactive generators)."""
-        if not self.invariant:
-            return {}
-        return eta_as_dict(self.model.eta * self.model.mask)
-
-    def epoch_transformations(self, epoch: int) -> Iterator[torch.Tensor | None]:
-        """The transformation samples of ``epoch``'s batches in turn, drawn up front from the
-        epoch's generator (the draws of drawing them batch by batch) and moved to the device
-        in one copy; Nones for a model that is not invariant."""
-        if not self.invariant:
-            return itertools.repeat(None)
-        generator = epoch_generator(self.config.seed, epoch, Stream.TRANSFORMATIONS)
-        sizes = batch_sizes(self.n_train, self.config.batch_size)
-        samples = self.config.invariance_samples
-        return iter(self.model.sample_eps_batches(sizes, samples, generator))
+        """The current extents per generator (empty without input invariance)."""
+        return self.invariance.eta() if self.invariance else {}
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:
@@ -339,7 +307,11 @@ class Trainer(AlternatingRun):
         """This process's part of every (augmented) global batch of the epoch after
         ``epoch`` completed ones, with its indices and an invariant model's
         transformation samples."""
-        transformations = self.epoch_transformations(epoch)
+        transformations = (
+            self.invariance.epoch_transformations(epoch, self.n_train)
+            if self.invariance
+            else itertools.repeat(None)
+        )
         batches = sharded_batches(
             self.train_tensors,
             self.config.batch_size,
@@ -351,26 +323,20 @@ class Trainer(AlternatingRun):
             yield Batch(x, y, n_batch, index, next(transformations))
 
     def predict_train(self, batch: Batch) -> torch.Tensor:
-        """Training-mode logits; an invariant model averages over the batch's
-        transformations (:meth:`epoch_transformations`)."""
-        if not self.invariant:
-            return self.train_model(batch.x)
-        eta = (
-            self.model.eta
-            if self.config.invariance == InvarianceMethod.AUGERINO
-            else self.model.eta.detach()
-        )
-        return self.model(batch.x, eps=batch.eps, eta=eta)
+        """Training-mode logits; an invariant model's average over the batch's
+        transformations (:meth:`InputInvariance.predict`)."""
+        if self.invariance:
+            return self.invariance.predict(batch)
+        return self.train_model(batch.x)
 
     def regularised(self, loss: torch.Tensor) -> torch.Tensor:
-        """Augerino's loss rewards wider ranges (Benton et al. 2020)."""
-        if self.config.invariance != InvarianceMethod.AUGERINO:
-            return loss
-        return loss - self.config.augerino_reg * (self.model.eta * self.model.mask).norm()
+        """The batch's loss, with Augerino's term (:meth:`InputInvariance.regularised`)."""
+        return self.invariance.regularised(loss) if self.invariance else loss
 
     def step_optimizers(self) -> list[torch.optim.Optimizer]:
-        augerino = self.config.invariance == InvarianceMethod.AUGERINO
-        return [self.optimizer, self.eta_optimizer] if augerino else [self.optimizer]
+        if self.invariance:
+            return self.invariance.step_optimizers(self.optimizer)
+        return [self.optimizer]
 
     def arithmetic(self) -> contextlib.AbstractContextManager:
         return self.steps.arithmetic()
@@ -414,7 +380,7 @@ class Trainer(AlternatingRun):
     def subset_control(self) -> SubsetControl:
         """The control variate the evidence rounds use: ``config.subset_control`` where the
         rounds learn the network's priors on a subset of the training images, else none
-        (an invariant model's rounds use :meth:`invariance_evidence` instead)."""
+        (an invariant model's rounds use its own evidence instead)."""
         partial = self.priors.recipe.draws_subset(self.n_train)
         if not partial or not self.config.learn_priors or self.invariant:
             return SubsetControl.NONE
@@ -439,70 +405,15 @@ class Trainer(AlternatingRun):
             progress=self.progress,
         )
 
-    def marglik_subset(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training images of the invariance evidence (the first ``invariance_marglik_size``)."""
-        x, y = self.data.train.tensors
-        n = min(self.config.invariance_marglik_size, len(x))
-        return x[:n].to(self.device), y[:n].to(self.device)
-
-    def invariance_evidence(
-        self, generator: torch.Generator
-    ) -> tuple[InvarianceEvidence, torch.Tensor]:
-        """The differentiable evidence of the invariant model, with fresh transformation noise."""
-        cfg = self.config
-        evidence = InvarianceEvidence(self.model, self.prior, ggn=cfg.ggn)
-        x, y = self.marglik_subset()
-        eps = self.model.sample_eps(len(x), cfg.invariance_samples, generator).to(self.device)
-        value = evidence.log_marginal_likelihood(
-            self.log_prior,
-            x,
-            y,
-            eps,
-            n_data=self.n_train,
-            batch_size=cfg.marglik_batch_size,
-            generator=generator,
-        )
-        return evidence, value
-
-    def invariance_hyper_steps(self) -> float:
-        """Adam steps on ``eta`` (if learned) and the log priors (if learned) through the
-        differentiable evidence of the invariant model.
-
-        The Kronecker factors depend on ``eta``, so each step recomputes them on
-        the evidence subset with fresh transformation samples.
-        """
-        cfg = self.config
-        generator = epoch_generator(cfg.seed, self.state.epoch, Stream.INVARIANCE_EVIDENCE)
-        learned_eta = cfg.invariance == InvarianceMethod.LEARNED
-        leaves = ([self.model.eta] if learned_eta else []) + (
-            [self.log_prior] if cfg.learn_priors else []
-        )
-        steps = tqdm(
-            range(cfg.n_hypersteps), desc="evidence steps", leave=False, disable=not self.progress
-        )
-        for _ in steps:
-            _, value = self.invariance_evidence(generator)
-            self._check_evidence(value)
-            grads = torch.autograd.grad(-value / self.n_train, leaves)
-            for leaf, grad in zip(leaves, grads, strict=True):
-                leaf.grad = grad
-            if learned_eta:
-                self.eta_optimizer.step()
-            if cfg.learn_priors:
-                self.hyper_optimizer.step()
-            steps.set_postfix(marglik=f"{float(value.detach()):.1f}")
-        with torch.no_grad():
-            evidence, value = self.invariance_evidence(generator)
-        self._check_evidence(value)
-        self._round_evidence = evidence
-        return float(value)
-
     def evidence_round(self) -> float:
         """This round: the learner's (:meth:`AlternatingRun.evidence_round`), or Adam steps
-        through the invariant model's evidence (:meth:`invariance_hyper_steps`); returns
-        the log evidence after it."""
-        if self.invariant:
-            return self.invariance_hyper_steps()
+        through the invariant model's evidence (:meth:`InputInvariance.evidence_round`);
+        returns the log evidence after it."""
+        if self.invariance:
+            self._round_evidence, value = self.invariance.evidence_round(
+                self.priors, self.data.train, self.state.epoch, self._check_evidence, self.progress
+            )
+            return value
         value = super().evidence_round()
         self._round_evidence = self.priors.evidence
         return value
@@ -606,9 +517,12 @@ class Trainer(AlternatingRun):
         if last is not None and last["epoch"] == epoch:  # at exactly these weights
             report, final_marglik = last["report"], last["log_marglik"]
         else:
-            if self.invariant:
+            if self.invariance:
                 with torch.no_grad():
-                    evidence, value = self.invariance_evidence(torch.Generator().manual_seed(0))
+                    generator = torch.Generator().manual_seed(0)
+                    evidence, value = self.invariance.evidence(
+                        self.priors, self.data.train, generator
+                    )
                 final_marglik = float(value)
             else:
                 evidence = self.fit_evidence()
