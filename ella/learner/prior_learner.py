@@ -88,7 +88,7 @@ class PriorLearner:
         likelihood: Likelihood | str = Likelihood.CLASSIFICATION,
         sigma_noise: float = 1.0,
         data_parallel: bool | None = None,
-        **changes,
+        **changes: object,
     ):
         n_data = check_n_data(n_data)
         recipe = (recipe or EvidenceRecipe()).replace(**changes)
