@@ -308,7 +308,7 @@ def end_process(status: int) -> int:
     The process group's teardown is skipped because it can abort a process (SIGABRT,
     "terminate called without an active exception") once a peer has already left: seen
     after a failure, and once after success when the peer that finished first had torn
-    down its side and exited (seen in ``test_torchrun_ensemble_matches_one_process``).
+    down its side and exited (seen in ``test_torchrun_ensembles_match_one_process``).
     Every file of the run is written and closed
     before this is called. Without torchrun it just returns ``status``."""
     if not (dist.is_available() and dist.is_initialized()):

@@ -8,6 +8,9 @@ factors' norms) to ``OUT.json`` for the test to compare.
 
 ``... distributed_workers.py fit OUT.json`` (under torchrun, or with plain ``python`` for
 one process): :func:`ella.fit` on a small network; rank 0 writes its result.
+
+``... distributed_workers.py ensembles DIR``: ``ella ensemble`` of each of
+:data:`ENSEMBLES` into ``DIR/METHOD``, one after the other in one launch.
 """
 
 from __future__ import annotations
@@ -110,5 +113,31 @@ def fit(out: str) -> None:
     distributed.end_process(0)
 
 
+#: the repulsive ensembles of ``test_torchrun_ensembles_match_one_process``: method, augmentation
+ENSEMBLES = (("forde", "sampled"), ("function_rde", "orbit"))
+
+
+def ensemble_options(method: str, augment: str) -> list[str]:
+    """``ella ensemble``'s options of a small CNN ensemble with ``method`` and ``augment``."""
+    return [
+        "--train-size", "44", "--test-size", "24", "--epochs", "2", "--members", "3",
+        "--batch-size", "16", "--no-progress", "--model", "cnn", "--method", method,
+        "--augment", augment, "--augment-group", "C4",
+    ]  # fmt: skip
+
+
+def ensembles(out: str) -> None:
+    """``ella ensemble`` of every one of :data:`ENSEMBLES` into ``OUT/METHOD``, in one
+    process or, under torchrun, in several (one launch for all: a launch costs seconds)."""
+    from ella.cli import build_parser
+
+    status = 0
+    for method, augment in ENSEMBLES:
+        argv = ["ensemble", *ensemble_options(method, augment), "--out", str(Path(out) / method)]
+        args = build_parser().parse_args(argv)
+        status = status or args.func(args)
+    sys.exit(distributed.end_process(status))
+
+
 if __name__ == "__main__":
-    {"evidence": evidence, "fit": fit}[sys.argv[1]](*sys.argv[2:])
+    {"evidence": evidence, "fit": fit, "ensembles": ensembles}[sys.argv[1]](*sys.argv[2:])

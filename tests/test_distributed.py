@@ -269,31 +269,29 @@ def test_fit_under_torchrun_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "method, augment", [("forde", "sampled"), ("function_rde", "orbit")], ids=["forde", "frde"]
-)
-def test_torchrun_ensemble_matches_one_process(tmp_path, method, augment):
-    """A repulsive ensemble in 2 processes (each with its part of every augmented batch; the
-    repulsion's force from the features of the whole batch, gathered) trains as in one
-    process: train loss per epoch within relative 1e-5, accuracies within one image, test
-    NLL within 1e-5 (float32)."""
-    options = [
-        "--train-size", "44", "--test-size", "24", "--epochs", "2", "--members", "3",
-        "--batch-size", "16", "--no-progress", "--model", "cnn", "--method", method,
-        "--augment", augment, "--augment-group", "C4",
-    ]  # fmt: skip
+def test_torchrun_ensembles_match_one_process(tmp_path):
+    """Repulsive ensembles (FoRDE with sampled augmentation, function-space RDE with the
+    orbit) in 2 processes (each with its part of every augmented batch; the repulsion's
+    force from the features of the whole batch, gathered) train as in one process: train
+    loss per epoch within relative 1e-5, accuracies within one image, test NLL within 1e-5
+    (float32). Both ensembles run in one launch of each kind."""
+    from tests.distributed_workers import ENSEMBLES
+
     one, two = tmp_path / "one", tmp_path / "two"
     run_alone_and_torchrun(
-        "-m", "ella", "ensemble", *options, one=["--out", str(one)], two=["--out", str(two)]
+        "tests/distributed_workers.py", "ensembles", one=[str(one)], two=[str(two)]
     )
-    rows = [
-        [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        for run in (one, two)
-    ]
-    for a, b in zip(*rows, strict=True):
-        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
-        # an argmax may flip between nearly tied logits: at most one image of 176 per epoch
-        assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], abs=1.01 / 176)
-    test_a, test_b = (json.loads((run / "results.json").read_text())["test"] for run in (one, two))
-    assert test_b["nll"] == pytest.approx(test_a["nll"], rel=1e-5)
-    assert test_b["accuracy"] == pytest.approx(test_a["accuracy"], abs=1.01 / 24)
+    for method, _ in ENSEMBLES:
+        runs = (one / method, two / method)
+        rows = [
+            [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for run in runs
+        ]
+        assert len(rows[0]) == 2
+        for a, b in zip(*rows, strict=True):
+            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5), method
+            # an argmax may flip between nearly tied logits: at most one image of 176 per epoch
+            assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], abs=1.01 / 176)
+        test_a, test_b = (json.loads((run / "results.json").read_text())["test"] for run in runs)
+        assert test_b["nll"] == pytest.approx(test_a["nll"], rel=1e-5), method
+        assert test_b["accuracy"] == pytest.approx(test_a["accuracy"], abs=1.01 / 24), method
