@@ -22,7 +22,7 @@ Subpackages, from the layers up:
 
 Modules: ``groups`` (finite groups acting on images), ``testing``
 (``assert_equivariant``), ``selection`` and ``export``
-(choosing and exporting paths), ``config``,
+(choosing and exporting paths), ``options`` (the ``Config`` base),
 ``choices`` and ``migrations`` (options, their values, older configurations), ``io`` and
 ``rundir`` (atomic files, run directories), ``distributed``, ``system``, ``geometry``
 and ``errors``.

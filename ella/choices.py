@@ -3,12 +3,12 @@
 The configurations, the command line (``choices=``), the library's own checks
 and the help texts all take their lists from these enums. Members compare
 equal to their strings, so ``Backend.ASDL == "asdl"``; see
-:class:`ella.config.Choice`.
+:class:`ella.options.Choice`.
 """
 
 from __future__ import annotations
 
-from ella.config import Choice
+from ella.options import Choice
 
 __all__ = [
     "Augmentation",

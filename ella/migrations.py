@@ -6,7 +6,7 @@ did something other than today's default before the option existed, the absent o
 means that older behaviour: a run made then must build the same network, resume with
 the same recipe and compare equal to its own checkpoint. :data:`ABSENT_MEANS` holds
 those meanings, one table per configuration class, and :func:`upgrade` fills them into
-a saved configuration before it is read (:meth:`ella.config.Config.from_dict`,
+a saved configuration before it is read (:meth:`ella.options.Config.from_dict`,
 :func:`ella.rundir.config_differences`). An absent option not listed means its default.
 
 Options are only ever added, never renamed or removed, so an absent key is the only

@@ -39,7 +39,7 @@ from ella.io import load_torch, save_json
 from ella.migrations import upgrade
 
 if TYPE_CHECKING:
-    from ella.config import Config
+    from ella.options import Config
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
@@ -336,7 +336,7 @@ def remove_orphan_temporaries(out: Path) -> list[Path]:
 
 
 def config_differences(saved: dict, config: Config) -> list[str]:
-    """The options that define the run (:meth:`~ella.config.Config.run_dict`) on which the
+    """The options that define the run (:meth:`~ella.options.Config.run_dict`) on which the
     ``saved`` configuration (a dict) differs from ``config``, sorted. An option added after
     it was saved counts as what ella did before the option existed
     (:func:`ella.migrations.upgrade`): its default, unless :data:`ella.migrations.ABSENT_MEANS`
@@ -378,7 +378,7 @@ def load_checkpoint(path: Path, config: Config) -> dict:
 
     Args:
         path: the checkpoint file (a dict with a ``"config"`` entry).
-        config: the resuming run's configuration (a :class:`~ella.config.Config`); only
+        config: the resuming run's configuration (a :class:`~ella.options.Config`); only
             the options that define the run are compared (``data_dir``, ``device`` and
             ``progress`` may differ); an option the saved configuration lacks (added
             to ella later) is compared as what it meant then (:func:`config_differences`).

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from ella.cli import main
-from ella.config import MAX_SEED
 from ella.engine.recipe import OPTIMUM_STEP
 from ella.groups import MAX_ROTATIONS
 from ella.io import save_jsonl, strict_json
+from ella.options import MAX_SEED
 from ella.rundir import LOCK, run_lock
 from ella.train import TrainConfig
 from tests.cli_runs import TINY, refused, snapshot

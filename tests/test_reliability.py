@@ -20,7 +20,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ella.cli import main
-from ella.config import Config
 from ella.data.datasets import ImageData
 from ella.ensembles import EnsembleConfig
 from ella.errors import (
@@ -32,6 +31,7 @@ from ella.errors import (
 )
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import UnsupportedModuleError
+from ella.options import Config
 from ella.rundir import new_run_directory, remove_orphan_temporaries
 from ella.train import TrainConfig, Trainer
 from tests.cli_runs import TINY, refused, snapshot
@@ -329,7 +329,7 @@ def test_choice_fields_are_checked_when_the_config_is_built(config_cls, field, v
 
 def test_every_choice_option_lists_its_choices_in_help():
     from ella.cli import build_parser
-    from ella.config import choice_type
+    from ella.options import choice_type
 
     commands = build_parser()._subparsers._group_actions[0].choices
     for command, cls in (("train", TrainConfig), ("ensemble", EnsembleConfig)):

@@ -1,7 +1,7 @@
 """Pieces shared by the commands: options generated from a config, run directories, errors.
 
 ``ella train`` and ``ella ensemble`` both build their options from a
-configuration dataclass (:class:`ella.config.Config`) and both run in a run
+configuration dataclass (:class:`ella.options.Config`) and both run in a run
 directory. This module holds what they share, so that neither command module
 imports the other:
 
@@ -28,9 +28,9 @@ import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ella.config import Config, choice_type
 from ella.distributed import ONE_PROCESS, World
 from ella.errors import CheckpointError, ConfigError, EllaError, Interrupted
+from ella.options import Config, choice_type
 from ella.rundir import (
     CONFIG,
     check_run_directory,
@@ -155,7 +155,7 @@ def given_options(args: argparse.Namespace, config_cls: type[Config]) -> dict:
 
 def config_from_args(args: argparse.Namespace, config_cls: type[Config]) -> Config:
     """The configuration the options describe (defaults for options not given); an option
-    given that it would ignore is refused (:meth:`~ella.config.Config.check_given`)."""
+    given that it would ignore is refused (:meth:`~ella.options.Config.check_given`)."""
     given = given_options(args, config_cls)
     config = config_cls(**given)
     config.check_given(given)

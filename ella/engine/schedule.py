@@ -32,11 +32,11 @@ from ella.choices import (
     SubsetControl,
     WeightResponse,
 )
-from ella.config import MAX_SEED, Config, option
 from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe, resolved_update
 from ella.errors import ConfigError
 from ella.nn.batched import BatchedLinear
 from ella.nn.paths import FCPath, GConvPath
+from ella.options import MAX_SEED, Config, option
 
 
 @dataclass

@@ -18,13 +18,13 @@ from ella.choices import (
     Normalisation,
     PathName,
 )
-from ella.config import MAX_SEED, option
 from ella.data.corruptions import SEVERITIES
 from ella.data.datasets import parse_name
 from ella.engine.schedule import OPTIMIZER_HELP, OptimizerConfig
 from ella.errors import ConfigError
 from ella.groups import get_group
 from ella.models.build import check_mixer_options
+from ella.options import MAX_SEED, option
 from ella.system import check_device_name
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles

@@ -28,13 +28,13 @@ from ella.choices import (
     ReportedState,
     SubsetControl,
 )
-from ella.config import option
 from ella.data.datasets import image_side
 from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
 from ella.models.build import check_mixer_options
+from ella.options import option
 from ella.rundir import SELECT_EPOCHS
 from ella.system import check_device_name
 
@@ -67,7 +67,7 @@ class TrainConfig(ScheduleConfig):
     --marglik-frequency 5 --batch-size 500 --prior-update adam``.
 
     Every option is checked when the configuration is built (choices, ranges,
-    finiteness; :class:`~ella.config.Config`); ``data_dir``, ``device``, ``compile``,
+    finiteness; :class:`~ella.options.Config`); ``data_dir``, ``device``, ``compile``,
     ``cuda_graph`` and ``progress`` do not define the run and may change on ``--resume``.
     """
 

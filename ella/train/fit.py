@@ -40,7 +40,6 @@ from torch.utils.data import (
 
 from ella import distributed
 from ella.choices import HessianStructure, Likelihood, SubsetControl
-from ella.config import option
 from ella.data.datasets import check_labels
 from ella.distributed import (
     ONE_PROCESS,
@@ -58,6 +57,7 @@ from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
+from ella.options import option
 from ella.rundir import RESULTS, checkpoint_note
 from ella.train.alternating import (
     AlternatingRun,
