@@ -21,9 +21,9 @@ subset at 28x28), measured side by side because these machines are noisy:
   pair's ratio moves by +-0.05 with the machine's load; and once on the
   profile's 1000 images (every round fits all of them), which is
   ``ella_over_map_full_evidence``;
-* this machine's fp32 matmul GFLOP/s and the model's FLOPs per training step
-  (``torch.utils.flop_counter``), so the fraction of the limit the step reaches
-  is printed;
+* this machine's fp32 matmul GFLOP/s, timed in turns with the training step, and the
+  model's FLOPs per step (``torch.utils.flop_counter``), so the fraction of the limit
+  the step reaches is printed;
 * peak resident memory of one epoch and of one native evidence fit, each in a
   fresh child process (``VmHWM``; a forked child would inherit the parent's).
 
@@ -117,14 +117,21 @@ def step_timing(trainer: Trainer) -> dict:
         loss = F.cross_entropy(trainer.model(x), y)
         loss.backward()
     trainer.optimizer.zero_grad(set_to_none=True)
-    batched, looped = [], []
-    for _ in range(2):  # interleaved rounds
+    flop = counter.get_total_flops()
+    batched, looped, matmul = [], [], []
+    for _ in range(3):  # interleaved rounds, the machine's matmul rate timed beside each
+        matmul.append(matmul_gflops())
         batched.append(median_seconds(step))
         looped.append(median_seconds(lambda: step(lambda: per_module_calls(trainer.model))))
+    fractions = [flop / b / 1e9 / m for b, m in zip(batched, matmul, strict=True)]
     return {
         "step_ms": 1e3 * min(batched),
         "step_ms_per_module_loop": 1e3 * min(looped),
-        "flop_per_step": counter.get_total_flops(),
+        "flop_per_step": flop,
+        "matmul_gflops_in_turns": matmul,
+        # each round's step rate over the matmul rate timed just before it: the machine's
+        # speed, which drifts between minutes, cancels
+        "step_fraction_of_matmul_in_turns": fractions,
     }
 
 
@@ -286,11 +293,11 @@ def main() -> None:
     torch.manual_seed(0)
     start = time.time()
     base = config_for(args.profile)
-    gflops = matmul_gflops()
-    print(f"matmul {gflops:.0f} GFLOP/s; steps ...", flush=True)
+    print("steps, and the matmul rate in turns ...", flush=True)
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(config_for(args.profile), out)
         steps = step_timing(trainer)
+        gflops = median(steps["matmul_gflops_in_turns"])
         print("epochs and native evidence fits in turns ...", flush=True)
         epoch, fits, native_ratios = paired_native_fits(trainer)
         for ggn in ("exact", "mc"):  # the references: one cold fit each (minutes)
@@ -322,7 +329,7 @@ def main() -> None:
         **steps,
         "step_speedup_over_module_loop": steps["step_ms_per_module_loop"] / steps["step_ms"],
         "step_gflops": achieved,
-        "step_fraction_of_matmul": achieved / gflops,
+        "step_fraction_of_matmul": median(steps["step_fraction_of_matmul_in_turns"]),
         "epoch_s": epoch,
         "fit_s": fits,
         "fit_over_epoch_native_exact": native_ratios["exact"],
@@ -365,7 +372,7 @@ def main() -> None:
         ("same step, every module called on its own (per_module_calls) [ms]",
          f"{steps['step_ms_per_module_loop']:.0f}"),
         ("FLOPs per step [GFLOP]", f"{steps['flop_per_step'] / 1e9:.1f}"),
-        ("step throughput [GFLOP/s] (fraction of fp32 matmul)",
+        ("step throughput [GFLOP/s] (median fraction of the fp32 matmul rate timed in turns)",
          f"{achieved:.1f} ({100 * payload['step_fraction_of_matmul']:.0f}% of {gflops:.0f})"),
         ("one epoch [s]", f"{epoch:.2f}"),
         *[(f"evidence fit, {k.replace('_', ' ')} [s] (/ epoch)",

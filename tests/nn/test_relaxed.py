@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from ella.nn import ConvPath, FCPath, GConvPath, RelaxedLayer
+from ella.nn.relaxed import instance_normalise
 from ella.testing import assert_equivariant
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
@@ -176,3 +177,16 @@ def test_zero_init_skips_absent_paths_and_single_path_layers():
         RelaxedLayer(2, 3, 8, paths=("fc", "conv"), zero_init=("conv", "fc"))
     with pytest.raises(ValueError, match="unknown path name"):
         RelaxedLayer(2, 3, 8, zero_init=("dense",))
+
+
+def test_instance_normalise_standardises_each_example_and_channel_over_group_and_space():
+    """Against its definition, ``(z - mean) / sqrt(var + eps)`` with the biased variance over
+    (group, H, W) of each (example, channel), in float64; gradients by finite differences."""
+    z = torch.randn(3, 4, 5, 6, 6, dtype=torch.float64)
+    var, mean = torch.var_mean(z, dim=(1, 3, 4), keepdim=True, correction=0)
+    expected = (z - mean) / torch.sqrt(var + 1e-5)
+    out = instance_normalise(z)
+    assert out.is_contiguous() and out.shape == z.shape
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    small = torch.randn(2, 4, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(instance_normalise, (small,))
