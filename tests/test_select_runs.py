@@ -6,8 +6,8 @@ network's weights, ``ella train --select-paths`` and a run's data found where it
 selection moved to ``ella select``, with the commands that made it (one thread). On the
 machine that wrote it the numbers come back to the last bit. Elsewhere the tiny network's
 training amplifies float rounding (two threads instead of one moved the evidences by up to
-9% and kept every decision), so the evidences are compared only where the trained run is
-the reference's own, and the decisions always.
+9% and kept every decision), so the evidences and the losing candidates' collapse marks are
+compared only where the trained run is the reference's own, the decisions always.
 """
 
 import json
@@ -59,6 +59,15 @@ def decisions(rounds: list[dict], null: dict) -> list[dict]:
     ]
 
 
+def without_marks(decision: dict) -> dict:
+    """A round's decision without the losing candidates' collapse marks: which candidate
+    collapses in a tiny network is a trajectory that float rounding moves (the GCONV-only
+    candidate kept 0.20 of the control's fit in the reference, 1.86 once the instance norm
+    summed in another order), where the network, the candidates and the winner are not."""
+    winner = decision["candidates"].index(decision["winner"])
+    return {**decision, "collapsed": decision["collapsed"][winner]}
+
+
 def assert_rows_match(rows: list[dict], expected: list[dict]) -> None:
     """The reference's numbers, to its rounding (0.01 nats, 0.001 for the likelihood)."""
     assert len(rows) == len(expected)
@@ -81,11 +90,13 @@ def test_select_decides_as_report_select_paths_did(tmp_path, capsys, one_thread)
     record = json.loads((run / PATH_SELECTION).read_text())
     expected = reference["selection"]
     assert record["paths"] == expected["paths"] and record["finished"]
-    assert decisions(record["rounds"], record["null"]) == decisions(
-        expected["rounds"], reference["null"]
+    got, want = (
+        decisions(record["rounds"], record["null"]),
+        decisions(expected["rounds"], reference["null"]),
     )
+    assert [without_marks(d) for d in got] == [without_marks(d) for d in want]
     assert [[r["collapsed"] for r in rd["rows"]] for rd in expected["rounds"]] == [
-        d["collapsed"] for d in decisions(expected["rounds"], reference["null"])
+        d["collapsed"] for d in want
     ]  # the rounded reference reproduces its own collapse marks
     assert record["kept"] == expected["kept"]
     assert f"\nselected: {'+'.join(p.upper() for p in expected['kept'])};" in out
@@ -108,8 +119,9 @@ def test_select_decides_as_report_select_paths_did(tmp_path, capsys, one_thread)
         assert record["null"]["log_evidence"] == pytest.approx(
             reference["null"]["log_evidence"], abs=0.006
         )
-        for got, want in zip(record["rounds"], expected["rounds"], strict=True):
-            assert_rows_match(got["rows"], want["rows"])
+        assert got == want  # the losing candidates' collapse marks as well
+        for got_round, want_round in zip(record["rounds"], expected["rounds"], strict=True):
+            assert_rows_match(got_round["rows"], want_round["rows"])
         assert_rows_match(drops["rows"], reference["drop_only"]["rows"])
 
     # the selected network: the run's, a dropped path's weights at zero, a kept one's not
