@@ -72,7 +72,7 @@ def worker(out: str, device: str) -> None:
         epoch = _timed(world, trainer.train_epoch)
         fits = {}
         for ggn in ("exact", "mc"):
-            trainer.priors.ggn = ggn
+            trainer.priors.recipe = trainer.priors.recipe.replace(ggn=ggn)
             fits[ggn] = _timed(world, trainer.fit_evidence)
         factors = [f for block in kron_factors(trainer.priors.evidence.laplace) for f in block]
     factor_bytes = sum(f.numel() * f.element_size() for f in factors) + 8

@@ -48,7 +48,6 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import environment, write_results
-from ella.choices import GGN, Backend
 from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer
 
@@ -136,9 +135,9 @@ def step_timing(trainer: Trainer) -> dict:
 
 
 def use_curvature(trainer: Trainer, backend: str, ggn: str) -> None:
-    """Make the trainer's next evidence fits use ``backend`` and ``ggn`` (the learner holds
-    both from construction, :meth:`PriorLearner.from_config`)."""
-    trainer.priors.backend, trainer.priors.ggn = Backend.parse(backend), GGN.parse(ggn)
+    """Make the trainer's next evidence fits use ``backend`` and ``ggn`` (settings of the
+    learner's recipe)."""
+    trainer.priors.recipe = trainer.priors.recipe.replace(backend=backend, ggn=ggn)
 
 
 def fit_seconds(trainer: Trainer, backend: str, ggn: str, repeats: int = 3) -> float:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
-from ella.choices import GGN, HessianStructure, Likelihood, PriorUpdate, WeightResponse
+from ella.choices import GGN, Backend, HessianStructure, Likelihood, PriorUpdate, WeightResponse
 from ella.distributed import World, current
 from ella.engine.recipe import EvidenceRecipe
 from ella.errors import ConfigError, TrainingDivergedError
@@ -68,7 +68,9 @@ class PriorLearner:
             ggn="exact", update="adam"`` (:meth:`EvidenceRecipe.replace`).
 
     Attributes:
-        recipe: the recipe in force (the rounds read it when they run).
+        recipe: the recipe in force: the rounds read it when they run (change it with
+            ``learner.recipe = learner.recipe.replace(...)``); ``hessian``, ``backend``,
+            ``ggn``, ``update`` and ``step`` are its settings, resolved.
         state: the :class:`~ella.learner.prior.LearnedPrior` (log precisions, mean,
             penalty); ``prior``, ``log_prior``, ``optimizer``, ``prior_mean`` and the
             penalty methods are its.
@@ -98,18 +100,8 @@ class PriorLearner:
         self.likelihood = Likelihood.parse(likelihood, "likelihood")
         self.sigma_noise = sigma_noise
         self.data_parallel = data_parallel
-        self.hessian = recipe.hessian
-        if self.hessian == HessianStructure.KRON:
+        if recipe.hessian == HessianStructure.KRON:
             check_supported(model)  # before any training step, not at the first round
-        self.backend = recipe.backend
-        ggn = recipe.ggn
-        if ggn == GGN.AUTO and self.likelihood == Likelihood.REGRESSION:
-            ggn = GGN.EXACT  # a Gaussian's GGN is one pass
-        self.ggn = ggn.for_backend(recipe.backend_in_force())
-        self.update = recipe.update_rule()
-        self.step = recipe.step_in_force()
-        self.response = recipe.response
-        self.mean = recipe.mean
         self.state = LearnedPrior(
             model, n_data, recipe.structure, recipe.prior_precision, recipe.mean, recipe.lr
         )
@@ -126,6 +118,35 @@ class PriorLearner:
         (:meth:`~ella.engine.recipe.EvidenceRecipe.from_config`); ``options`` adds
         ``likelihood``, ``sigma_noise`` and ``data_parallel``."""
         return cls(model, n_data, EvidenceRecipe.from_config(config), **options)
+
+    # ------------------------------------------------------------------ the recipe in force
+    @property
+    def hessian(self) -> HessianStructure:
+        """The GGN's structure (the recipe's)."""
+        return self.recipe.hessian
+
+    @property
+    def backend(self) -> Backend | None:
+        """The curvature backend the recipe names (``None``: the one for the Hessian)."""
+        return self.recipe.backend
+
+    @property
+    def ggn(self) -> GGN:
+        """The recipe's GGN with ``auto`` resolved: ``exact`` for regression (a Gaussian's
+        GGN is one pass), else for the backend in force."""
+        if self.recipe.ggn == GGN.AUTO and self.likelihood == Likelihood.REGRESSION:
+            return GGN.EXACT
+        return self.recipe.ggn.for_backend(self.recipe.backend_in_force())
+
+    @property
+    def update(self) -> PriorUpdate:
+        """The update in force (:meth:`EvidenceRecipe.update_rule`)."""
+        return self.recipe.update_rule()
+
+    @property
+    def step(self) -> float:
+        """The step towards the optimum in force (:meth:`EvidenceRecipe.step_in_force`)."""
+        return self.recipe.step_in_force()
 
     # ------------------------------------------------------------------ the prior's state
     @property
@@ -258,7 +279,7 @@ class PriorLearner:
                 neg.backward()
                 self.optimizer.step()
         self.world.check_identical(self.log_prior.detach(), "prior precisions")
-        if self.response == WeightResponse.LAPLACE:
+        if self.recipe.response == WeightResponse.LAPLACE:
             laplace_response(
                 self.evidence,
                 self.state.trainable(),

@@ -195,7 +195,6 @@ class Trainer(AlternatingRun):
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
         self.optimizer = make_optimizer(self.model, config)
         self.hyper_optimizer = self.priors.optimizer
-        self.eta_optimizer = self.invariance.eta_optimizer if self.invariance else None
         self.step_graph = self._step_graph(config)
         self.state = TrainState()
         # the evidence of the last evidence round, for that round's report (round_report)
@@ -259,6 +258,11 @@ class Trainer(AlternatingRun):
             )
 
     # ------------------------------------------------------------------ invariance
+    @property
+    def eta_optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimiser of the learned extents (:attr:`InputInvariance.eta_optimizer`)."""
+        return self.invariance.eta_optimizer if self.invariance else None
+
     @property
     def invariant(self) -> bool:
         """Whether the model is an invariant classifier (``--invariance`` not ``none``)."""
