@@ -12,7 +12,6 @@ recipe, and the options of :class:`~ella.engine.schedule.ScheduleConfig` (``ella
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +29,7 @@ from ella.choices import (
 from ella.data.subsets import balanced_subset
 from ella.engine.streams import Stream, epoch_generator
 from ella.errors import ConfigError
+from ella.options import MAX_SEED, Config, option
 
 __all__ = ["LOOP_CONTROL", "OPTIMUM_STEP", "EvidenceRecipe", "resolved_update"]
 
@@ -54,7 +54,7 @@ def resolved_update(update: PriorUpdate | str, hessian: HessianStructure | str) 
 
 
 @dataclass(frozen=True)
-class EvidenceRecipe:
+class EvidenceRecipe(Config):
     """How the evidence rounds learn the prior precisions.
 
     A round draws a fresh class-balanced subset of ``subset_size`` training examples (a
@@ -106,47 +106,22 @@ class EvidenceRecipe:
     update: PriorUpdate = PriorUpdate.AUTO
     step: float | None = None
     lr: float = 0.1
-    n_hypersteps: int = 20
+    n_hypersteps: int = option(20, minimum=0)
     response: WeightResponse = WeightResponse.NONE
-    subset_size: int | None = 500
+    subset_size: int | None = option(500, minimum=1)
     control: SubsetControl = SubsetControl.FORWARD
-    batch_size: int = 500
-    seed: int = 0
+    batch_size: int = option(500, minimum=1)
+    seed: int = option(0, minimum=0, maximum=MAX_SEED)
 
-    def __post_init__(self) -> None:
-        parse = {
-            "structure": (PriorMode, "prior structure"),
-            "mean": (PriorMean, "prior mean"),
-            "hessian": (HessianStructure, "Hessian structure"),
-            "ggn": (GGN, "GGN type"),
-            "update": (PriorUpdate, "prior update"),
-            "response": (WeightResponse, "weight response"),
-            "control": (SubsetControl, "control"),
-        }
-        for name, (choice, what) in parse.items():
-            object.__setattr__(self, name, choice.parse(getattr(self, name), what))
-        if self.backend is not None:
-            object.__setattr__(self, "backend", Backend.parse(self.backend, "backend"))
-        self._check_ranges()
-        self._check_combination()
-
-    def _check_ranges(self) -> None:
-        if not (math.isfinite(self.prior_precision) and self.prior_precision > 0):
-            raise ConfigError(f"prior_precision must be positive, got {self.prior_precision}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"lr must be positive, got {self.lr}")
+    def check(self) -> None:
+        """Cross-field checks (the closed form and the weights' response need the
+        Kronecker Hessian, a step the optimum) and the positive and (0, 1] ranges; choices,
+        finiteness and the integer ranges are :class:`~ella.options.Config`'s."""
+        for name in ("prior_precision", "lr"):  # finite: Config's check
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.step is not None and not (0 < self.step <= 1):
             raise ConfigError(f"step must be in (0, 1], got {self.step}")
-        if self.subset_size is not None and not (
-            isinstance(self.subset_size, int) and self.subset_size >= 1
-        ):
-            raise ConfigError(f"subset_size must be a positive int or None, got {self.subset_size}")
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
-            raise ConfigError(f"batch_size must be a positive int, got {self.batch_size}")
-        if not (isinstance(self.n_hypersteps, int) and self.n_hypersteps >= 0):
-            raise ConfigError(f"n_hypersteps must be an int >= 0, got {self.n_hypersteps}")
-
-    def _check_combination(self) -> None:
         kron = self.hessian == HessianStructure.KRON
         if self.update == PriorUpdate.OPTIMUM and not kron:
             raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
