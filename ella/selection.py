@@ -688,7 +688,7 @@ def select_fitted(
         try:
             return train_candidate(run, dropped, start or first, kept, test, progress)
         finally:
-            run.release_loader()
+            run.batches.release()
 
     if drop_only:
         rows = [

@@ -10,12 +10,14 @@ Deep Learning" (ICML 2021), Algorithm 1, as used by ELLA (NeurIPS 2023):
   evidence round of the :class:`~ella.learner.PriorLearner` (its subset, GGN, control
   variate and update: :meth:`~ella.learner.PriorLearner.evidence_round`).
 
-:class:`AlternatingRun` is that loop on the epoch machinery of
-:class:`~ella.engine.epochs.EpochRun`. A command says where an epoch's batches come
-from (:meth:`AlternatingRun.epoch_batches`) and what it measures after an epoch;
-``ella train`` (:class:`~ella.train.loop.Trainer`: the mixer, in-memory images,
-augmentation, input invariance) and :func:`ella.fit` (a user's model and
-``DataLoader``) are its two subclasses.
+:class:`AlternatingRun` is that loop, read in one place (:meth:`AlternatingRun.train_epoch`,
+:meth:`AlternatingRun.after_epoch`), on the epoch machinery of
+:class:`~ella.engine.epochs.EpochRun`. A command gives it parts: where an epoch's batches
+come from (:class:`EpochBatches`: ``ella train``'s augmented images in memory, or a
+user's ``DataLoader``), the steps' arithmetic, an input invariance
+(:class:`Invariance`), the keeper of the best-evidence state (:class:`BestEvidence`) and
+what is measured after each epoch. ``ella train`` (:class:`~ella.train.loop.Trainer`)
+and :func:`ella.fit` build their parts and say what their checkpoints hold.
 
 The seeding of every run: the global generator is seeded once, before the model is
 built (by ``ella train``, or by the user before :func:`ella.fit`), and saved in every
@@ -28,13 +30,14 @@ trained (:meth:`~ella.engine.recipe.EvidenceRecipe.subset`).
 
 from __future__ import annotations
 
-import abc
 import contextlib
+import copy
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -42,11 +45,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from ella.choices import Likelihood, SubsetControl
+from ella.distributed import World
+from ella.engine.arithmetic import StepArithmetic
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
 from ella.engine.graphs import StepGraph
 from ella.engine.schedule import evidence_due
 from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels
+from ella.learner.report import effective_parameter_report, layer_mean_shares
 from ella.marglik.control import output_hessian_trace
 from ella.marglik.evidence import non_finite_parameters
 from ella.rundir import checkpoint_note
@@ -55,6 +61,9 @@ __all__ = [
     "AlternatingRun",
     "AlternatingState",
     "Batch",
+    "BestEvidence",
+    "EpochBatches",
+    "Invariance",
     "data_loss",
     "order_sampler",
     "seed_epoch_order",
@@ -138,103 +147,219 @@ def seed_epoch_order(loader: DataLoader, seed: int, epoch: int) -> None:
 
 @dataclass
 class AlternatingState(EpochState):
-    """What the loop changes besides the epochs: the log evidence after each round."""
+    """What the loop changes besides the epochs: the log evidence after each round, and
+    the last round with its report of effective parameters (so that a run resumed after
+    its last epoch reports exactly what it would have)."""
 
     marglik: list[float] = field(default_factory=list)
     marglik_epochs: list[int] = field(default_factory=list)
+    last_round: dict | None = None  # epoch, log_marglik, report
+
+
+class EpochBatches(Protocol):
+    """Where an epoch's batches come from: ``ella train``'s images in memory
+    (:class:`~ella.train.loop.ImageBatches`) or a user's ``DataLoader``
+    (:class:`~ella.train.fit.LoaderBatches`)."""
+
+    #: where the batches' indices into the training set are (the traces are recorded there)
+    index_device: torch.device
+
+    def __call__(self, epoch: int, indexed: bool) -> Iterator[Batch]:
+        """This process's batches of the epoch after ``epoch`` completed ones, with their
+        indices where ``indexed`` (the ``training`` control variate records traces)."""
+        ...
+
+
+class Invariance(Protocol):
+    """What an input invariance changes in the loop (:class:`~ella.train.input_invariance.
+    InputInvariance`): the outputs of a step, its loss and optimisers, and the rounds."""
+
+    #: the invariant classifier trained (it wraps the network the priors are on)
+    model: nn.Module
+    #: whether the rounds learn the extents (through the evidence)
+    learned_by_evidence: bool
+
+    def predict(self, batch: Batch) -> torch.Tensor: ...
+
+    def regularised(self, loss: torch.Tensor) -> torch.Tensor: ...
+
+    def step_optimizers(self, optimizer: torch.optim.Optimizer) -> list[torch.optim.Optimizer]: ...
+
+    def evidence_round(
+        self,
+        priors: PriorLearner,
+        train: Dataset,
+        epoch: int,
+        check: Callable[[torch.Tensor], None],
+        progress: bool = False,
+    ) -> tuple[Any, float]: ...
+
+    def eta(self) -> dict[str, float]: ...
+
+
+class BestEvidence:
+    """The state of the round with the highest evidence (``--report-state best_evidence``):
+    kept in the run's state after each round, loaded back before the report.
+
+    Args:
+        model: the model trained (its state dict is kept).
+        log_prior: the learned log precisions (kept, and restored in place).
+    """
+
+    def __init__(self, model: nn.Module, log_prior: torch.Tensor):
+        self.model, self.log_prior = model, log_prior
+
+    def after_round(self, state: EpochState, value: float) -> None:
+        """Keep the state in ``state.best`` where the round's ``value`` beats the best so far."""
+        if state.best is None or value > state.best["log_marglik"]:
+            state.best = {
+                "epoch": state.epoch,
+                "log_marglik": value,
+                "model": copy.deepcopy(self.model.state_dict()),
+                "log_prior": self.log_prior.detach().clone(),
+            }
+
+    def restore(self, best: dict) -> None:
+        """Load the kept state into the model and the log precisions."""
+        self.model.load_state_dict(best["model"])
+        with torch.no_grad():
+            self.log_prior.copy_(best["log_prior"])
 
 
 class AlternatingRun(EpochRun):
     """MAP epochs with a :class:`~ella.learner.PriorLearner`'s penalty and its evidence
-    rounds (the module docstring); a command subclasses it with its batches.
+    rounds (the module docstring): the one loop of ``ella train`` and :func:`ella.fit`,
+    given its parts. A command builds the parts and says what its checkpoint holds
+    (:meth:`~ella.engine.epochs.EpochRun.checkpoint_entries`).
 
-    Subclasses set, besides what :class:`~ella.engine.epochs.EpochRun` needs:
-    ``model`` (the network trained, whose state is checkpointed), ``train_model``
-    (the module the steps call: ``model``, or its ``DistributedDataParallel``
-    wrapper), ``device``, ``priors``, ``optimizer``, ``train_data`` (the ``N``
-    training examples of the rounds, a map-style data set), ``likelihood`` and
-    ``sigma_noise``.
+    Args:
+        config: the run's options (``epochs``, ``lr``, ``lr_min``, ``progress``,
+            ``learn_priors``, the evidence schedule, ``seed``, ``to_dict``).
+        model: the network trained (its state is checkpointed): the priors' network, or
+            ``invariance.model`` around it.
+        priors: the learner of the network's prior precisions.
+        optimizer: the weights' optimiser.
+        train_data: the ``N`` training examples of the rounds (a map-style data set).
+        batches: where each epoch's batches come from.
+        out: the run directory, or None (nothing written).
+        world: the processes of a data-parallel job.
+        state: the run's state (its type is the checkpoint's ``"state"``).
+        train_model: the module the steps call (``model``, a ``DistributedDataParallel``
+            wrapper of it, or a compiled one). Defaults to ``model``.
+        likelihood: the training data's likelihood. Defaults to classification.
+        sigma_noise: the regression likelihood's noise. Defaults to 1.
+        arithmetic: the steps' arithmetic (TF32, autocast). Defaults to the default dtype's
+            own, the process-wide flags untouched.
+        invariance: an input invariance: its steps and its rounds replace the plain ones.
+        best: the keeper of the best-evidence state, where it is reported.
+        evaluations: ``{split: f}`` measured after every epoch, ``f()`` a dict of metrics
+            (``test`` gives ``test_accuracy`` and ``test_nll``).
+        step_graph: the training step captured as a CUDA graph
+            (:mod:`ella.engine.graphs`), or None: eager steps.
+        divergence_hint: what the divergence messages advise.
     """
 
-    model: nn.Module
-    train_model: nn.Module
-    device: torch.device
-    priors: PriorLearner
-    optimizer: torch.optim.Optimizer
-    train_data: Dataset
-    likelihood: Likelihood = Likelihood.CLASSIFICATION
-    sigma_noise: float = 1.0
-    #: the (N,) class labels of ``train_data``, read at the first round that needs them
-    labels: torch.Tensor | None = None
-    #: the training step captured as a CUDA graph (:mod:`ella.engine.graphs`), or None:
-    #: eager steps
-    step_graph: StepGraph | None = None
-    #: ``1 - sum p^2`` of every training example in its training passes, averaged over
-    #: epochs with each older epoch's weight halved (the auxiliary variable of the
-    #: ``training`` control variate); None where the rounds do not read it, NaN before
-    #: the first epoch
-    output_trace: torch.Tensor | None = None
+    def __init__(
+        self,
+        *,
+        config: Any,
+        model: nn.Module,
+        priors: PriorLearner,
+        optimizer: torch.optim.Optimizer,
+        train_data: Dataset,
+        batches: EpochBatches,
+        out: Path | None,
+        world: World,
+        state: AlternatingState,
+        train_model: nn.Module | None = None,
+        likelihood: Likelihood = Likelihood.CLASSIFICATION,
+        sigma_noise: float = 1.0,
+        arithmetic: StepArithmetic | None = None,
+        invariance: Invariance | None = None,
+        best: BestEvidence | None = None,
+        evaluations: dict[str, Callable[[], dict[str, float]]] | None = None,
+        step_graph: StepGraph | None = None,
+        divergence_hint: str | None = None,
+    ):
+        self.config, self.model, self.priors = config, model, priors
+        self.optimizer, self.train_data, self.batches = optimizer, train_data, batches
+        self.out, self.world, self.state = out, world, state
+        self.train_model = model if train_model is None else train_model
+        self.device = next(model.parameters()).device
+        self.likelihood, self.sigma_noise = likelihood, sigma_noise
+        self.steps = arithmetic
+        self.invariance, self.best = invariance, best
+        self.evaluations = dict(evaluations or {})
+        self.step_graph = step_graph
+        if divergence_hint is not None:
+            self.divergence_hint = divergence_hint
+        #: the (N,) class labels of ``train_data``, read at the first round that needs them
+        self.labels: torch.Tensor | None = None
+        #: the evidence of the round just fitted (for its report)
+        self.round_evidence: Any = None
+        #: ``1 - sum p^2`` of every training example in its training passes, averaged over
+        #: epochs with each older epoch's weight halved (the auxiliary variable of the
+        #: ``training`` control variate); None where the rounds do not read it, NaN before
+        #: the first epoch
+        self.output_trace: torch.Tensor | None = None
 
-    # ------------------------------------------------------------------ what a command gives
-    @abc.abstractmethod
-    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        """This process's batches of the epoch after ``epoch`` completed ones."""
-
-    def predict_train(self, batch: Batch) -> torch.Tensor:
-        """The training-mode outputs of ``batch.x`` (already on the device)."""
-        return self.train_model(batch.x)
-
-    def regularised(self, loss: torch.Tensor) -> torch.Tensor:
-        """The loss the step backpropagates, from the batch's mean NLL: the NLL itself
-        unless a command adds a term (the prior's is added by the step)."""
-        return loss
-
+    # ------------------------------------------------------------------ what the parts decide
     def step_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers each step takes, in order."""
+        """The optimisers each step takes, in order: the weights', and an invariance's."""
+        if self.invariance is not None:
+            return self.invariance.step_optimizers(self.optimizer)
         return [self.optimizer]
 
-    def arithmetic(self) -> contextlib.AbstractContextManager:
-        """The context of an epoch's steps (reduced-precision matmuls); none by default."""
-        return contextlib.nullcontext()
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The context of a step's forward pass (autocast); none by default."""
-        return contextlib.nullcontext()
-
     def learning(self) -> bool:
-        """Whether the rounds learn something (by default the priors, if asked)."""
-        return bool(self.config.learn_priors)
+        """Whether the rounds learn something: the priors (if asked), or an invariance's
+        extents through the evidence."""
+        learned_eta = self.invariance is not None and self.invariance.learned_by_evidence
+        return bool(self.config.learn_priors) or learned_eta
 
-    def measure(self, row: dict) -> None:
-        """Add to ``row`` what is measured after every epoch (held-out metrics)."""
+    def records_traces(self) -> bool:
+        """Whether the training passes record each example's trace: the rounds learn on a
+        subset of a classification set with the ``training`` control variate."""
+        recipe = self.priors.recipe
+        return (
+            recipe.control == SubsetControl.TRAINING
+            and self.learning()
+            and self.likelihood == Likelihood.CLASSIFICATION
+            and recipe.draws_subset(len(self.train_data))
+        )
 
     # ------------------------------------------------------------------ the MAP side
     def train_epoch(self) -> dict[str, float]:
-        """One pass over :meth:`epoch_batches` with a step each (replayed from
+        """One pass over the epoch's batches with a step each (replayed from
         :attr:`step_graph` where there is one); returns the epoch's mean loss
         (``train_loss``, with the prior term), mean NLL (``train_nll``), training accuracy
         (class-index targets) and last learning rate."""
-        world = self.world
+        world, invariance = self.world, self.invariance
         self.model.train()
         trace = None
-        if self.records_traces():
-            n, device = len(self.train_data), self.trace_device()
+        indexed = self.records_traces()
+        if indexed:
+            n, device = len(self.train_data), self.batches.index_device
             trace = torch.zeros(n, dtype=torch.float64, device=device)
         classification = self.likelihood == Likelihood.CLASSIFICATION
         optimizers = self.step_optimizers()
         graph = self.step_graph
+        autocast = self.steps.autocast if self.steps is not None else contextlib.nullcontext
 
         def on_device(batch: Batch, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
             """The step's device work on ``batch`` with inputs ``x`` and targets ``y`` (its
             own, or a CUDA graph's static copies of them): the terms and, where recorded,
             the batch's traces (B,)."""
-            with self.autocast():
-                outputs = self.predict_train(batch._replace(x=x, y=y))
+            with autocast():
+                if invariance is not None:
+                    outputs = invariance.predict(batch._replace(x=x, y=y))
+                else:
+                    outputs = self.train_model(x)
                 if outputs.dtype in (torch.float16, torch.bfloat16):
                     outputs = outputs.float()
                 nll = data_loss(outputs, y, self.likelihood, self.sigma_noise)
                 nll = world.mean_share(nll, len(y), batch.n_global)
-            objective = self.take_step(self.regularised(nll), x, optimizers, prior=self.priors)
+            loss = nll if invariance is None else invariance.regularised(nll)
+            objective = self.take_step(loss, x, optimizers, prior=self.priors)
             share = batch.n_global / world.size
             # detached: a captured step's outputs outlive it, and would hold its graph
             terms = {"loss": objective * share, "nll": nll.detach() * share}
@@ -255,8 +380,8 @@ class AlternatingRun(EpochRun):
                 trace[batch.index.to(trace.device)] = terms.pop("trace")
             return terms, len(batch.y)
 
-        with self.arithmetic():
-            sums = self.pass_over(self.epoch_batches(self.state.epoch), step)
+        with self.steps.arithmetic() if self.steps is not None else contextlib.nullcontext():
+            sums = self.pass_over(self.batches(self.state.epoch, indexed), step)
         if trace is not None:
             self.add_traces(trace)
         seen = sums["seen"]
@@ -265,21 +390,6 @@ class AlternatingRun(EpochRun):
             row["train_accuracy"] = sums["correct"] / seen
         row["lr"] = sums["lr"]
         return row
-
-    def records_traces(self) -> bool:
-        """Whether the training passes record each example's trace: the rounds learn on a
-        subset of a classification set with the ``training`` control variate."""
-        recipe = self.priors.recipe
-        return (
-            recipe.control == SubsetControl.TRAINING
-            and self.learning()
-            and self.likelihood == Likelihood.CLASSIFICATION
-            and recipe.draws_subset(len(self.train_data))
-        )
-
-    def trace_device(self) -> torch.device:
-        """Where an epoch's traces are recorded: where the batches' indices are."""
-        return self.device
 
     def add_traces(self, trace: torch.Tensor) -> None:
         """Average an epoch's traces (every example in one process's part of one batch,
@@ -315,48 +425,68 @@ class AlternatingRun(EpochRun):
         return self.labels
 
     def evidence_round(self) -> float:
-        """The learner's round after the epoch just completed
-        (:meth:`~ella.learner.PriorLearner.evidence_round`); returns the log evidence."""
+        """The round after the epoch just completed: the learner's
+        (:meth:`~ella.learner.PriorLearner.evidence_round`), or an invariance's Adam steps
+        through its differentiable evidence; keeps the round's evidence
+        (:attr:`round_evidence`) and returns its log evidence."""
+        epoch = self.state.epoch
+        if self.invariance is not None:
+            self.round_evidence, value = self.invariance.evidence_round(
+                self.priors, self.train_data, epoch, self._check_evidence, self.progress
+            )
+            return value
         try:
-            return self.priors.evidence_round(
+            value = self.priors.evidence_round(
                 self.train_data,
-                self.state.epoch,
+                epoch,
                 labels=self.round_labels(),
                 traces=self.output_trace,
                 progress=self.progress,
             )
         except TrainingDivergedError as err:
-            raise TrainingDivergedError(
-                f"{err} (epoch {self.state.epoch}; {checkpoint_note(self.out)})"
-            ) from err
+            note = checkpoint_note(self.out)
+            raise TrainingDivergedError(f"{err} (epoch {epoch}; {note})") from err
+        self.round_evidence = self.priors.evidence
+        return value
 
-    def round_metrics(self) -> dict:
-        """What a round adds to its epoch's row: the precisions, the gap to the round's
-        optimum, the control variate's factor (subset rounds with a control) and the mean
-        shares (networks with relaxed layers)."""
-        recipe = self.priors.recipe
+    def _check_evidence(self, value: torch.Tensor) -> None:
+        if not torch.isfinite(value):
+            raise TrainingDivergedError(
+                f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
+                f"{checkpoint_note(self.out)}. Try a smaller --lr-hyp or more burn-in epochs."
+            )
+
+    def round_report(self) -> dict[str, list[dict]]:
+        """:func:`~ella.learner.report.effective_parameter_report` at the evidence just
+        fitted and the priors it ended with."""
+        precisions = self.priors.log_prior.detach().exp()
+        return effective_parameter_report(self.priors.model, self.round_evidence, precisions)
+
+    def round_metrics(self, value: float) -> dict:
+        """What a round of log evidence ``value`` adds to its epoch's row: the precisions,
+        the gap to the round's optimum (the learner's rounds), the control variate's factor
+        (subset rounds with a control) and the mean shares (networks with relaxed layers).
+        Keeps the round and its report (``state.last_round``) and the best-evidence state."""
+        recipe, state = self.priors.recipe, self.state
+        report = self.round_report()
+        state.last_round = {"epoch": state.epoch, "log_marglik": value, "report": report}
         row: dict = {"prior_precision": self.priors.prior_precision}
-        gap = self.round_gap()
+        gap = self.priors.gaps[-1] if self.invariance is None else None
         if gap is not None:
             row["prior_gap"] = gap
         partial = recipe.draws_subset(len(self.train_data))
         if partial and recipe.control != SubsetControl.NONE:
             row["curvature_ratio"] = self.priors.last_curvature_ratio
-        shares = self.round_shares()
+        shares = layer_mean_shares(report["layers"])
         if shares:
             row["shares"] = shares
+        if self.best is not None:
+            self.best.after_round(state, value)
         return row
 
-    def round_gap(self) -> float | None:
-        """How far the round left the precisions from its optimum (the learner's gap)."""
-        return self.priors.gaps[-1]
-
-    def round_shares(self) -> dict[str, float]:
-        """The mean shares at the round just fitted (empty without relaxed layers)."""
-        return self.priors.shares()
-
     def after_epoch(self, row: dict) -> None:
-        """Check the weights; run the round when due; measure (:meth:`measure`)."""
+        """Check the weights; run the round when due; measure (an invariance's extents and
+        :attr:`evaluations`)."""
         self.check_finite_weights()
         if self.evidence_due():
             if self.step_graph is not None:  # the round changes the graph's prior scales
@@ -365,5 +495,21 @@ class AlternatingRun(EpochRun):
             self.state.marglik.append(value)
             self.state.marglik_epochs.append(self.state.epoch)
             row["log_marglik"] = value
-            row.update(self.round_metrics())
-        self.measure(row)
+            row.update(self.round_metrics(value))
+        if self.invariance is not None:
+            row["eta"] = self.invariance.eta()
+        for split, evaluate in self.evaluations.items():
+            row.update({f"{split}_{k}": v for k, v in evaluate().items()})
+
+    def postfix(self, row: dict) -> dict[str, str]:
+        """The training NLL and accuracy, then what the row measured: validation and test
+        accuracy, the log evidence, an invariance's rotation extent."""
+        shown = super().postfix(row)
+        for key, name in (("validation_accuracy", "val_acc"), ("test_accuracy", "test_acc")):
+            if key in row:
+                shown[name] = f"{row[key]:.3f}"
+        if "log_marglik" in row:
+            shown["marglik"] = f"{row['log_marglik']:.1f}"
+        if "eta" in row and "rotate" in row["eta"]:
+            shown["rotate"] = f"{row['eta']['rotate']:.2f}"
+        return shown

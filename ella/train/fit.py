@@ -378,72 +378,116 @@ def checked_labels(
         yield batch
 
 
-class FitRun(AlternatingRun):
-    """:func:`fit`'s run: the one loop (:class:`~ella.train.alternating.AlternatingRun`)
-    on a user's model and ``DataLoader``."""
+class LoaderBatches:
+    """The batches of a user's ``DataLoader`` (the :class:`~ella.train.alternating.EpochBatches`
+    part of :func:`fit`): in the order of the epoch's generator where the run draws it
+    (:func:`seed_epoch_order`), a ``DistributedSampler`` told the epoch, each batch's
+    labels checked against ``classes``.
 
-    divergence_hint = "Try a smaller lr."
+    Args:
+        loader: the loader the run reads (resharded over the processes where needed).
+        user_loader: the loader the user gave (its order is given back at the end).
+        seed: the run's seed.
+        world: the processes of a data-parallel job.
+        classes: the classes every batch's labels are checked against, or None.
+        note: what a refused batch's message adds (where the checkpoint is).
+        device: where the batches' indices are put.
+    """
 
-    def __init__(self, model, priors, train_loader, test_loader, config, out, world):
-        self.model, self.priors, self.config, self.world = model, priors, config, world
-        self.likelihood, self.sigma_noise = config.likelihood, config.sigma_noise
-        self.device = next(model.parameters()).device
+    def __init__(
+        self,
+        loader: DataLoader,
+        user_loader: DataLoader,
+        seed: int,
+        world: World,
+        classes: int | None,
+        note: str,
+        device: torch.device,
+    ):
+        self.loader, self.user_loader, self.seed, self.world = loader, user_loader, seed, world
+        self.classes, self.note = classes, note
+        self.index_device = device
         #: whether the run draws the loader's order (:func:`seed_epoch_order`)
-        self.seeds_order = seeds_its_order(train_loader)
-        self.user_loader = train_loader
-        self.train_loader = shard_loader(train_loader, world)
-        self.train_data = train_loader.dataset
-        self.test_loader = test_loader
-        self.train_model = data_parallel(model, world)
-        self.out = Path(out) if out is not None else None
-        self.optimizer = make_optimizer(model, config)
-        self.state = AlternatingState()
-        self.steps_per_epoch = len(self.train_loader)
-        #: the classes every training and test batch's labels are checked against
-        #: (:func:`fit` sets them from the first batch's outputs, where it could not check
-        #: the labels at once: :func:`check_held_labels`); None checks nothing
-        self.classes: int | None = None
-        self.test_classes: int | None = None
+        self.seeds_order = seeds_its_order(user_loader)
 
-    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        """The loader's batches, in the order of the epoch's generator where the run draws
-        it; a ``DistributedSampler`` is told the epoch."""
+    def __call__(self, epoch: int, indexed: bool) -> Iterator[Batch]:
+        """The loader's batches of the epoch after ``epoch`` completed ones, with the
+        loader's indices where ``indexed`` (checked by :func:`_check_rounds`)."""
         if self.seeds_order:
-            seed_epoch_order(self.train_loader, self.config.seed, epoch)
-        sampler = getattr(self.train_loader, "sampler", None)
+            seed_epoch_order(self.loader, self.seed, epoch)
+        sampler = getattr(self.loader, "sampler", None)
         if isinstance(sampler, DistributedSampler):
             sampler.set_epoch(epoch)
         size = self.world.size
         # the global batch sizes when the loader was resharded here (the shards differ by
         # at most one example); else every process has len(y) of each batch
-        resharded = getattr(self.train_loader, "batch_sampler", None)
+        resharded = getattr(self.loader, "batch_sampler", None)
         sizes = resharded.global_sizes() if isinstance(resharded, ShardedBatchSampler) else None
-        indices = None
-        if self.records_traces():  # the loader's indices (checked by _check_rounds)
-            indices = batch_indices(self.train_loader, self.config.seed, epoch, self.world)
+        indices = batch_indices(self.loader, self.seed, epoch, self.world) if indexed else None
 
         def what(i: int) -> str:
             return f"train_loader's batch {i + 1} in epoch {epoch + 1}"
 
-        note = f" (training stopped there; {checkpoint_note(self.out)})"
-        batches = checked_labels(self.train_loader, self.classes, what, note)
-        for i, (x, y) in enumerate(batches):
+        for i, (x, y) in enumerate(checked_labels(self.loader, self.classes, what, self.note)):
             n_global = len(y) * size if sizes is None else sizes[i]
             yield Batch(x, y, n_global, None if indices is None else indices[i])
 
-    def release_loader(self) -> None:
+    def release(self) -> None:
         """Give the user's loader back its own unseeded order."""
         if self.seeds_order:
-            for loader in (self.train_loader, self.user_loader):
+            for loader in (self.loader, self.user_loader):
                 loader.generator = None
-            order_sampler(self.train_loader).generator = None
+            order_sampler(self.loader).generator = None
 
-    def measure(self, row: dict) -> None:
-        if self.test_loader is not None:
-            test = evaluate_loader(
-                self.model, self.test_loader, self.config, self.world, self.test_classes
-            )
-            row.update({f"test_{k}": v for k, v in test.items()})
+
+class FitRun(AlternatingRun):
+    """:func:`fit`'s run: the one loop (:class:`~ella.train.alternating.AlternatingRun`)
+    on a user's model and ``DataLoader``, given :class:`LoaderBatches`; its checkpoint
+    holds the learner's state dict.
+
+    ``classes`` and ``test_classes`` are what the training and test batches' labels are
+    checked against (:func:`fit` sets them from the first batch's outputs where it could
+    not check the labels at once: :func:`check_held_labels`); None checks nothing.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        priors: PriorLearner,
+        train_loader: DataLoader,
+        test_loader: Iterable | None,
+        config: FitConfig,
+        out: str | Path | None,
+        world: World,
+        classes: int | None = None,
+        test_classes: int | None = None,
+    ):
+        out = Path(out) if out is not None else None
+        loader = shard_loader(train_loader, world)
+        device = next(model.parameters()).device
+        note = f" (training stopped there; {checkpoint_note(out)})"
+
+        def test() -> dict[str, float]:
+            return evaluate_loader(model, test_loader, config, world, test_classes)
+
+        super().__init__(
+            config=config,
+            model=model,
+            priors=priors,
+            optimizer=make_optimizer(model, config),
+            train_data=train_loader.dataset,
+            batches=LoaderBatches(loader, train_loader, config.seed, world, classes, note, device),
+            out=out,
+            world=world,
+            state=AlternatingState(),
+            train_model=data_parallel(model, world),
+            likelihood=config.likelihood,
+            sigma_noise=config.sigma_noise,
+            evaluations={"test": test} if test_loader is not None else None,
+            divergence_hint="Try a smaller lr.",
+        )
+        self.train_loader = loader
+        self.steps_per_epoch = len(loader)
 
     def checkpoint_entries(self) -> dict:
         return {
@@ -520,8 +564,9 @@ def fit(
     check_classes = check_held_labels(train_loader, classes, "train_loader's data set")
     test_classes = check_held_labels(test_loader, classes, "test_loader's data set")
     world = distributed.start()
-    run = FitRun(model, priors, train_loader, test_loader, config, out, world)
-    run.classes, run.test_classes = check_classes, test_classes
+    run = FitRun(
+        model, priors, train_loader, test_loader, config, out, world, check_classes, test_classes
+    )
     try:
         with run.owning():
             finished = run.finished_results(resume) is not None  # its results.json stays
@@ -530,7 +575,7 @@ def fit(
             if out is not None and world.is_main and not finished:
                 save_json({**result.as_dict(), "config": config.to_dict()}, Path(out) / RESULTS)
     finally:
-        run.release_loader()
+        run.batches.release()
     return result
 
 

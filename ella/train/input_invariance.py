@@ -75,6 +75,11 @@ class InputInvariance:
         return self.config.invariance in (InvarianceMethod.LEARNED, InvarianceMethod.AUGERINO)
 
     @property
+    def learned_by_evidence(self) -> bool:
+        """Whether the evidence rounds learn the extents (``learned``)."""
+        return self.config.invariance == InvarianceMethod.LEARNED
+
+    @property
     def augerino(self) -> bool:
         """Whether the extents are learned by the training loss (Augerino)."""
         return self.config.invariance == InvarianceMethod.AUGERINO
@@ -150,7 +155,7 @@ class InputInvariance:
         value. Returns the round's evidence and its log evidence after the steps."""
         cfg = self.config
         generator = epoch_generator(cfg.seed, epoch, Stream.INVARIANCE_EVIDENCE)
-        learned_eta = cfg.invariance == InvarianceMethod.LEARNED
+        learned_eta = self.learned_by_evidence
         leaves = ([self.model.eta] if learned_eta else []) + (
             [priors.log_prior] if cfg.learn_priors else []
         )

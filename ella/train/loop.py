@@ -20,13 +20,10 @@ MAP baseline.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import itertools
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,30 +36,24 @@ from tqdm.auto import tqdm
 from ella.choices import Augmentation, HeadInit, InvarianceMethod, ReportedState, SubsetControl
 from ella.data import load_dataset
 from ella.data.datasets import ImageData
-from ella.data.transforms import apply_augmentation, draw_augmentation
 from ella.distributed import (
     ONE_PROCESS,
     World,
-    batch_sizes,
     check_batches,
     current,
     data_parallel,
-    sharded_batches,
 )
 from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
-from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.graphs import StepGraph, use_cuda_graph
 from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
-from ella.invariance import InvarianceEvidence
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.learner.report import (
     effective_parameter_report,
     format_table,
-    layer_mean_shares,
     save_eta_figure,
     save_figure,
 )
@@ -72,7 +63,8 @@ from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note
 from ella.system import resolve_device
-from ella.train.alternating import AlternatingRun, AlternatingState, Batch
+from ella.train.alternating import AlternatingRun, AlternatingState, BestEvidence
+from ella.train.batches import EpochAugmentation, ImageBatches, training_tensors
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig
 from ella.train.input_invariance import InputInvariance
 
@@ -122,14 +114,11 @@ class TrainState(AlternatingState):
     """Everything that changes during training (and goes into the checkpoint)."""
 
     best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
-    # the last evidence round: epoch, log_marglik and its effective-parameter report, so
-    # that a run resumed after its last epoch reports exactly what it would have
-    last_round: dict | None = None
 
 
 class Trainer(AlternatingRun):
-    """Trains one model as configured, writing a run directory: the mixer and the data of
-    the configuration, on the loop of :class:`~ella.train.alternating.AlternatingRun`.
+    """Trains one model as configured, writing a run directory: the parts that the
+    configuration names, on the loop of :class:`~ella.train.alternating.AlternatingRun`.
 
     Args:
         config: the run's configuration.
@@ -151,12 +140,10 @@ class Trainer(AlternatingRun):
         on_epoch_end: Callable[[Trainer], None] | None = None,
     ):
         config.validate()
-        self.config = config
-        self.out = Path(out_dir)
         self.on_epoch_end = on_epoch_end
-        self.world = current()
-        self._check_world(config)
-        self.device = self.world.device(resolve_device(config.device))
+        world = current()
+        self._check_world(config, world)
+        device = world.device(resolve_device(config.device))
         torch.manual_seed(config.seed)
         self.data, self.validation = split_validation(
             load_dataset(config.dataset, config.data_dir, config.train_size, config.test_size),
@@ -168,53 +155,76 @@ class Trainer(AlternatingRun):
         if config.head_init == HeadInit.DATA and isinstance(self.net, Mixer):
             # the same images in every process, so every process starts from the same weights
             self.net.standardise_head(self.data.train.tensors[0][:HEAD_INIT_IMAGES])
-        self.net = self.net.to(self.device)
+        self.net = self.net.to(device)
         #: the input invariance the run learns or imposes (--invariance), or None
-        self.invariance = (
+        invariance = (
             None
             if config.invariance == InvarianceMethod.NONE
-            else InputInvariance(config, self.net, self.device)
+            else InputInvariance(config, self.net, device)
         )
-        self.model = self.invariance.model if self.invariance else self.net
-        self.train_model = data_parallel(self.model, self.world)
+        model = invariance.model if invariance else self.net
+        train_model = data_parallel(model, world)
         if config.compile:
-            self.train_model = CompiledOrEager(self.train_model, announce=self.world.is_main)
-        #: the arithmetic of the training steps (--precision)
-        self.steps = StepArithmetic(config.precision, self.device)
+            train_model = CompiledOrEager(train_model, announce=world.is_main)
         #: the training images and labels the steps index (on the device where they fit)
-        self.train_tensors = self._training_tensors()
+        self.train_tensors = training_tensors(self.data.train, device)
         self.n_train = len(self.data.train)
-        self.train_data = self.data.train
-        self.labels = self.data.train.tensors[1]
-        check_batches(self.n_train, config.batch_size, self.world)
-        self.priors = PriorLearner.from_config(self.net, self.n_train, config)
+        check_batches(self.n_train, config.batch_size, world)
+        priors = PriorLearner.from_config(self.net, self.n_train, config)
         # the rounds' control where they learn the network's priors on a subset, else none
-        self.priors.recipe = self.priors.recipe.replace(control=self.subset_control())
-        self.prior, self.log_prior = self.priors.prior, self.priors.log_prior
+        partial = priors.recipe.draws_subset(self.n_train)
+        learns_network = config.learn_priors and invariance is None
+        control = config.subset_control if partial and learns_network else SubsetControl.NONE
+        priors.recipe = priors.recipe.replace(control=control)
+        self.prior, self.log_prior = priors.prior, priors.log_prior
         if config.learn_priors or config.invariance == InvarianceMethod.LEARNED:
             check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
-        self.optimizer = make_optimizer(self.model, config)
-        self.hyper_optimizer = self.priors.optimizer
+        augmentation = (
+            None
+            if config.augment == Augmentation.NONE
+            else EpochAugmentation(
+                config.augment,
+                config.augment_shift,
+                config.seed,
+                self.n_train,
+                config.batch_size,
+                self.train_tensors[0].device,
+            )
+        )
+        keeps_best = config.report_state == ReportedState.BEST_EVIDENCE
+        super().__init__(
+            config=config,
+            model=model,
+            priors=priors,
+            optimizer=make_optimizer(model, config),
+            train_data=self.data.train,
+            batches=ImageBatches(
+                self.train_tensors, config.batch_size, config.seed, world, augmentation, invariance
+            ),
+            out=Path(out_dir),
+            world=world,
+            state=TrainState(),
+            train_model=train_model,
+            arithmetic=StepArithmetic(config.precision, device),
+            invariance=invariance,
+            best=BestEvidence(model, priors.log_prior) if keeps_best else None,
+            evaluations={
+                **({"validation": self._evaluation(self.validation)} if self.validation else {}),
+                "test": self._evaluation(self.data.test),
+            },
+        )
+        self.labels = self.data.train.tensors[1]
+        self.hyper_optimizer = priors.optimizer
         self.step_graph = self._step_graph(config)
-        self.state = TrainState()
-        # the evidence of the last evidence round, for that round's report (round_report)
-        self._round_evidence: LaplaceEvidence | InvarianceEvidence | None = None
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
         #: ``1 - sum p^2`` of every training image in its training passes, averaged over
         #: epochs with each older epoch's weight halved (the auxiliary variable of
         #: ``--subset-control training``); NaN before the first epoch
         self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
 
-    def _training_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The training images and labels, moved to the device once where they take at
-        most a quarter of its free memory (batches are then cut and augmented there),
-        else left in host memory (each batch is copied)."""
-        x, y = self.data.train.tensors
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            if x.nbytes + y.nbytes > free // 4:
-                return x, y
-        return x.to(self.device), y.to(self.device)
+    def _evaluation(self, data: TensorDataset) -> Callable[[], dict[str, float]]:
+        """Accuracy and NLL of the model as it is on ``data`` (:func:`evaluate`)."""
+        return lambda: evaluate(self.model, data, world=self.world)
 
     def _step_graph(self, config: TrainConfig) -> StepGraph | None:
         """The training step captured as a CUDA graph where ``--cuda-graph`` and the run allow
@@ -240,12 +250,12 @@ class Trainer(AlternatingRun):
             announce=self.world.is_main,
         )
 
-    # ------------------------------------------------------------------ data parallelism
-    def _check_world(self, config: TrainConfig) -> None:
+    @staticmethod
+    def _check_world(config: TrainConfig, world: World) -> None:
         """Refuse, before any work, what a data-parallel job cannot do."""
-        if not self.world.distributed:
+        if not world.distributed:
             return
-        size = self.world.size
+        size = world.size
         if config.invariance != InvarianceMethod.NONE:
             raise ConfigError(
                 f"--invariance {config.invariance} is not data-parallel yet (its evidence "
@@ -306,89 +316,13 @@ class Trainer(AlternatingRun):
         if self.step_graph is not None:  # new optimiser state: capturable, captured again
             self.step_graph.reset()
 
-    # ------------------------------------------------------------------ steps
-    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        """This process's part of every (augmented) global batch of the epoch after
-        ``epoch`` completed ones, with its indices and an invariant model's
-        transformation samples."""
-        transformations = (
-            self.invariance.epoch_transformations(epoch, self.n_train)
-            if self.invariance
-            else itertools.repeat(None)
-        )
-        batches = sharded_batches(
-            self.train_tensors,
-            self.config.batch_size,
-            epoch_generator(self.config.seed, epoch, Stream.DATA_ORDER),
-            self.world,
-            self.epoch_augmentation(epoch),
-        )
-        for x, y, n_batch, index in batches:
-            yield Batch(x, y, n_batch, index, next(transformations))
-
-    def predict_train(self, batch: Batch) -> torch.Tensor:
-        """Training-mode logits; an invariant model's average over the batch's
-        transformations (:meth:`InputInvariance.predict`)."""
-        if self.invariance:
-            return self.invariance.predict(batch)
-        return self.train_model(batch.x)
-
-    def regularised(self, loss: torch.Tensor) -> torch.Tensor:
-        """The batch's loss, with Augerino's term (:meth:`InputInvariance.regularised`)."""
-        return self.invariance.regularised(loss) if self.invariance else loss
-
-    def step_optimizers(self) -> list[torch.optim.Optimizer]:
-        if self.invariance:
-            return self.invariance.step_optimizers(self.optimizer)
-        return [self.optimizer]
-
-    def arithmetic(self) -> contextlib.AbstractContextManager:
-        return self.steps.arithmetic()
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return self.steps.autocast()
-
-    def learning(self) -> bool:
-        return self.config.learn_priors or self.config.invariance == InvarianceMethod.LEARNED
-
-    def trace_device(self) -> torch.device:
-        return self.train_tensors[1].device
-
-    def epoch_augmentation(
-        self, epoch: int
-    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
-        """The augmentation of ``epoch``'s batches (None for ``--augment none``): each
-        batch's parameters drawn up front, in batch order, from the epoch's generator
-        (the draws that augmenting the batches in turn makes) and moved to the device in
-        one copy; the images are then augmented there, batched (the test set never)."""
-        cfg = self.config
-        if cfg.augment == Augmentation.NONE:
-            return None
-        generator = epoch_generator(cfg.seed, epoch, Stream.AUGMENTATION)
-        sizes = batch_sizes(self.n_train, cfg.batch_size)
-        draws = [draw_augmentation(cfg.augment, n, generator, cfg.augment_shift) for n in sizes]
-        params = iter(torch.cat(draws).to(self.train_tensors[0].device).split(sizes))
-
-        def augment_batch(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return apply_augmentation(x, cfg.augment, next(params)), y
-
-        return augment_batch
-
+    # ------------------------------------------------------------------ evidence
     def evidence_data(self) -> Dataset:
         """The training images of this evidence round: all of them, or the round's fresh
         class-balanced subset of ``marglik_subset_size`` (:meth:`PriorLearner.round_subset`,
         a function of the seed and the epoch)."""
         index = self.priors.round_subset(self.data.train, self.state.epoch, self.labels)
         return self.data.train if index is None else Subset(self.data.train, index)
-
-    def subset_control(self) -> SubsetControl:
-        """The control variate the evidence rounds use: ``config.subset_control`` where the
-        rounds learn the network's priors on a subset of the training images, else none
-        (an invariant model's rounds use its own evidence instead)."""
-        partial = self.priors.recipe.draws_subset(self.n_train)
-        if not partial or not self.config.learn_priors or self.invariant:
-            return SubsetControl.NONE
-        return self.config.subset_control
 
     def subset_curvature_ratio(self, data: Subset) -> float:
         """The control variate's factor on the curvature of ``data``, a round's images
@@ -408,26 +342,6 @@ class Trainer(AlternatingRun):
             traces=self.output_trace,  # read by the training control alone
             progress=self.progress,
         )
-
-    def evidence_round(self) -> float:
-        """This round: the learner's (:meth:`AlternatingRun.evidence_round`), or Adam steps
-        through the invariant model's evidence (:meth:`InputInvariance.evidence_round`);
-        returns the log evidence after it."""
-        if self.invariance:
-            self._round_evidence, value = self.invariance.evidence_round(
-                self.priors, self.data.train, self.state.epoch, self._check_evidence, self.progress
-            )
-            return value
-        value = super().evidence_round()
-        self._round_evidence = self.priors.evidence
-        return value
-
-    def _check_evidence(self, value: torch.Tensor) -> None:
-        if not torch.isfinite(value):
-            raise TrainingDivergedError(
-                f"the log marginal likelihood became {value.item()} at epoch {self.state.epoch}; "
-                f"{checkpoint_note(self.out)}. Try a smaller --lr-hyp or more burn-in epochs."
-            )
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -452,59 +366,10 @@ class Trainer(AlternatingRun):
         except EvidenceError as err:  # its message names the fix (a smaller --lr)
             raise TrainingDivergedError(f"{err}; {checkpoint_note(self.out)}") from err
 
-    def round_metrics(self) -> dict:
-        """The loop's round metrics (an invariant model's rounds have no gap to an
-        optimum); keeps the round's report and, with ``--report-state best_evidence``, the
-        best-evidence state."""
-        value, epoch = self.state.marglik[-1], self.state.epoch
-        report = self.round_report()
-        self.state.last_round = {"epoch": epoch, "log_marglik": value, "report": report}
-        row = super().round_metrics()
-        keeps_best = self.config.report_state == ReportedState.BEST_EVIDENCE
-        if keeps_best and (self.state.best is None or value > self.state.best["log_marglik"]):
-            self.state.best = {
-                "epoch": epoch,
-                "log_marglik": value,
-                "model": copy.deepcopy(self.model.state_dict()),
-                "log_prior": self.log_prior.detach().clone(),
-            }
-        return row
-
-    def round_gap(self) -> float | None:
-        return None if self.invariant else super().round_gap()
-
-    def round_shares(self) -> dict[str, float]:
-        return layer_mean_shares(self.state.last_round["report"]["layers"])
-
-    def measure(self, row: dict) -> None:
-        """An invariant model's extents; the validation (if held out) and test metrics."""
-        if self.invariant:
-            row["eta"] = self.eta()
-        for split, metrics in self.evaluate_sets().items():
-            row.update({f"{split}_{k}": v for k, v in metrics.items()})
-
-    def round_report(self) -> dict[str, list[dict]]:
-        """:func:`~ella.learner.report.effective_parameter_report` at the evidence just fitted
-        and the priors it ended with."""
-        return effective_parameter_report(
-            self.net, self._round_evidence, self.log_prior.detach().exp()
-        )
-
     def evaluate_sets(self) -> dict[str, dict[str, float]]:
         """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
         ``test``: ``{split: {"accuracy": ..., "nll": ...}}``."""
-        sets = {"validation": self.validation} if self.validation is not None else {}
-        sets["test"] = self.data.test
-        return {split: evaluate(self.model, data, world=self.world) for split, data in sets.items()}
-
-    def postfix(self, row: dict) -> dict[str, str]:
-        return {
-            **super().postfix(row),
-            **({"val_acc": f"{row['validation_accuracy']:.3f}"} if self.validation else {}),
-            "test_acc": f"{row['test_accuracy']:.3f}",
-            **({"marglik": f"{row['log_marglik']:.1f}"} if "log_marglik" in row else {}),
-            **({"rotate": f"{row['eta']['rotate']:.2f}"} if "eta" in row else {}),
-        }
+        return {split: evaluate() for split, evaluate in self.evaluations.items()}
 
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
@@ -512,9 +377,7 @@ class Trainer(AlternatingRun):
         best = self.state.best  # kept only with --report-state best_evidence
         reported = final
         if best is not None:  # report the best-evidence state
-            self.model.load_state_dict(best["model"])
-            with torch.no_grad():
-                self.log_prior.copy_(best["log_prior"])
+            self.best.restore(best)
             reported = self.evaluate_sets()
         epoch = best["epoch"] if best is not None else self.state.epoch
         last = self.state.last_round
