@@ -179,11 +179,17 @@ class Invariance(Protocol):
     #: whether the rounds learn the extents (through the evidence)
     learned_by_evidence: bool
 
-    def predict(self, batch: Batch) -> torch.Tensor: ...
+    def predict(self, batch: Batch) -> torch.Tensor:
+        """The (B, K) training-mode logits of ``batch`` (its inputs on the device)."""
+        ...
 
-    def regularised(self, loss: torch.Tensor) -> torch.Tensor: ...
+    def regularised(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss a step backpropagates, from the batch's mean NLL."""
+        ...
 
-    def step_optimizers(self, optimizer: torch.optim.Optimizer) -> list[torch.optim.Optimizer]: ...
+    def step_optimizers(self, optimizer: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
+        """The optimisers a step takes, in order, the weights' ``optimizer`` first."""
+        ...
 
     def evidence_round(
         self,
@@ -192,9 +198,14 @@ class Invariance(Protocol):
         epoch: int,
         check: Callable[[torch.Tensor], None],
         progress: bool = False,
-    ) -> tuple[Any, float]: ...
+    ) -> tuple[Any, float]:
+        """A round after ``epoch``; ``check`` refuses a non-finite evidence. Returns the
+        round's evidence and its log evidence."""
+        ...
 
-    def eta(self) -> dict[str, float]: ...
+    def eta(self) -> dict[str, float]:
+        """The current extents per generator."""
+        ...
 
 
 class BestEvidence:

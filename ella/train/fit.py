@@ -279,7 +279,7 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
 
     Returns:
         For classification the number of classes (the model's output width), which the
-        later batches' labels are checked against (:meth:`FitRun.epoch_batches`); else
+        later batches' labels are checked against (:class:`LoaderBatches`); else
         None.
 
     Raises:
@@ -490,6 +490,8 @@ class FitRun(AlternatingRun):
         self.steps_per_epoch = len(loader)
 
     def checkpoint_entries(self) -> dict:
+        """The weights, their optimiser, the learner's state dict, the traces and the
+        generator's state."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -501,6 +503,7 @@ class FitRun(AlternatingRun):
         }
 
     def restore_entries(self, ckpt: dict) -> None:
+        """Load what :meth:`checkpoint_entries` saved."""
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.priors.load_state_dict(ckpt["priors"])

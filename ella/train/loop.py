@@ -1,15 +1,14 @@
 """``ella train``: the mixer and the data of a configuration, on the one alternating loop.
 
-:class:`Trainer` builds what a :class:`~ella.train.config.TrainConfig` names (the data
-set with its validation split, the mixer or another of :mod:`ella.models`, input
-invariance, augmentation, the step's arithmetic and its CUDA graph) and trains it with
-the loop that :func:`ella.fit` runs (:class:`~ella.train.alternating.AlternatingRun`: MAP steps with
-the prior term, and the :class:`~ella.learner.PriorLearner`'s evidence rounds). What is
-its own: the batches, cut from the images in memory and augmented on the device
-(:meth:`Trainer.epoch_batches`); the input invariance it is given
-(:class:`~ella.train.input_invariance.InputInvariance`: the invariant classifier, its
-loss term and its rounds of Adam steps through the differentiable evidence); the
-best-evidence state; and the run directory's ``results.json`` and figures
+:class:`Trainer` builds the parts a :class:`~ella.train.config.TrainConfig` names and
+gives them to the loop that :func:`ella.fit` runs
+(:class:`~ella.train.alternating.AlternatingRun`: MAP steps with the prior term, and the
+:class:`~ella.learner.PriorLearner`'s evidence rounds): the data set with its validation
+split, the mixer or another of :mod:`ella.models`, the batches cut from the images in
+memory and augmented on the device (:class:`~ella.train.batches.ImageBatches`), the
+input invariance (:class:`~ella.train.input_invariance.InputInvariance`), the keeper of
+the best-evidence state, the step's arithmetic and its CUDA graph. What is its own: its
+checkpoint's entries and the run directory's ``results.json`` and figures
 (:meth:`Trainer.finish`).
 
 :class:`~ella.train.config.TrainConfig`'s defaults resolve ``ggn`` and ``prior_update``
@@ -284,6 +283,8 @@ class Trainer(AlternatingRun):
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:
+        """The weights, their optimiser, the log precisions and their Adam state, the
+        extents' optimiser, the traces and the generator's state."""
         return {
             "model": self.model.state_dict(),
             # as an eager run writes it, so that the run resumes with or without graphs
@@ -302,6 +303,7 @@ class Trainer(AlternatingRun):
         }
 
     def restore_entries(self, ckpt: dict) -> None:
+        """Load what :meth:`checkpoint_entries` saved."""
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
