@@ -328,7 +328,7 @@ class Backend(Choice):
     def default_for(cls, structure: str) -> Backend:
         """The backend the evidence uses when none is named: ella's own factors where they
         exist (``kron``), else ASDL (``full``, ``diag``)."""
-        return cls.NATIVE if structure == "kron" else cls.ASDL
+        return cls.NATIVE if structure == HessianStructure.KRON else cls.ASDL
 
 
 class HessianStructure(Choice):
@@ -355,7 +355,7 @@ class GGN(Choice):
         backend: mc)."""
         if self != GGN.AUTO:
             return self
-        return GGN.STRATIFIED if backend == "native" else GGN.MC
+        return GGN.STRATIFIED if backend == Backend.NATIVE else GGN.MC
 
 
 class SubsetControl(Choice):

@@ -161,9 +161,11 @@ class TrivialGroup(Group):
 
     @property
     def order(self) -> int:
+        """The number of elements, 1."""
         return 1
 
     def compose(self, a: int, b: int) -> int:
+        """The identity's index 0, the only product."""
         return 0
 
     def _act_on_image(self, g: int, x: torch.Tensor) -> torch.Tensor:
@@ -196,9 +198,11 @@ class MatrixGroup(Group):
 
     @property
     def order(self) -> int:
+        """The number of matrices, 4 for C4 and 8 for D4."""
         return len(self._matrices)
 
     def compose(self, a: int, b: int) -> int:
+        """The index of the matrix product ``M_a M_b`` (``b`` first, then ``a``)."""
         product = self._matrices[a] @ self._matrices[b]
         try:
             return self._index[tuple(product.flatten().tolist())]
@@ -229,6 +233,7 @@ class CircularTranslations(Group):
 
     @property
     def order(self) -> int:
+        """The number of shifts, ``H W``."""
         return self.height * self.width
 
     def shift(self, g: int) -> tuple[int, int]:
@@ -236,6 +241,7 @@ class CircularTranslations(Group):
         return divmod(int(g), self.width)
 
     def compose(self, a: int, b: int) -> int:
+        """The index of the shift ``a`` plus ``b``, modulo the grid's size."""
         (ya, xa), (yb, xb) = self.shift(a), self.shift(b)
         return ((ya + yb) % self.height) * self.width + (xa + xb) % self.width
 
@@ -251,6 +257,7 @@ class CircularTranslations(Group):
         return self._roll(g, x)
 
     def act_on_lifted(self, g: int, z: torch.Tensor) -> torch.Tensor:
+        """Shift every group copy of ``z`` (..., H, W) by ``g``, leaving the group axis."""
         self._check_element(g)
         return self._roll(g, z)
 
@@ -279,9 +286,11 @@ class RotationGroup(Group):
 
     @property
     def order(self) -> int:
+        """The number of rotations, ``N``."""
         return self.n
 
     def compose(self, a: int, b: int) -> int:
+        """The index ``(a + b) mod N`` of rotating by ``b`` then ``a``."""
         return (a + b) % self.n
 
     def angle(self, g: int) -> float:

@@ -115,15 +115,16 @@ def draw_augmentation(
     Drawing an epoch's batches one after the other gives the draws that augmenting them
     one after the other gives, so they can be drawn up front and moved to the device once.
     """
-    if kind == "none":
+    kind = Augmentation.parse(kind, "augmentation")
+    if kind == Augmentation.NONE:
         return None
-    if kind in ("c4", "d4"):
+    if kind in (Augmentation.C4, Augmentation.D4):
         return torch.randint(get_group(kind).order, (n,), generator=generator)
-    if kind == "rotate":
+    if kind == Augmentation.ROTATE:
         return random_angles(n, 180.0, generator)
-    if kind == "translate":
+    if kind == Augmentation.TRANSLATE:
         return random_shifts(n, max_shift, generator)
-    if kind == "scale":
+    if kind == Augmentation.SCALE:
         return random_scales(n, 0.8, 1.25, generator)
     raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
 
@@ -131,16 +132,17 @@ def draw_augmentation(
 def apply_augmentation(x: torch.Tensor, kind: str, params: torch.Tensor | None) -> torch.Tensor:
     """Augment the batch ``x`` with the parameters :func:`draw_augmentation` drew for it,
     on ``x``'s device, batched."""
-    if kind == "none":
+    kind = Augmentation.parse(kind, "augmentation")
+    if kind == Augmentation.NONE:
         return x
     params = params.to(x.device)
-    if kind in ("c4", "d4"):
+    if kind in (Augmentation.C4, Augmentation.D4):
         return act_per_sample(x, kind, params)
-    if kind == "rotate":
+    if kind == Augmentation.ROTATE:
         return rotate(x, params)
-    if kind == "translate":
+    if kind == Augmentation.TRANSLATE:
         return translate(x, params)
-    if kind == "scale":
+    if kind == Augmentation.SCALE:
         return scale(x, params)
     raise ValueError(f"unknown augmentation {kind!r}; choose from {', '.join(AUGMENTATIONS)}")
 

@@ -79,9 +79,11 @@ class Penalised(Protocol):
     """A prior whose penalty joins the training objective outside the graph (as
     :class:`~ella.learner.PriorLearner` does)."""
 
-    def penalty_value(self) -> torch.Tensor: ...
+    def penalty_value(self) -> torch.Tensor:
+        """The penalty's value without a graph (0-dim, on the weights' device)."""
 
-    def add_penalty_gradient(self) -> None: ...
+    def add_penalty_gradient(self) -> None:
+        """Add the penalty's gradient to every trainable tensor's ``.grad``."""
 
 
 def add_sums(sums: dict[str, torch.Tensor], **terms: torch.Tensor) -> None:
@@ -178,6 +180,7 @@ class EpochRun(abc.ABC):
 
     # ------------------------------------------------------------------ persistence
     def checkpoint(self) -> dict:
+        """The checkpoint: ``config``, the :meth:`checkpoint_entries` and ``state``."""
         return {
             "config": self.config.to_dict(),
             **self.checkpoint_entries(),
@@ -190,6 +193,7 @@ class EpochRun(abc.ABC):
         return bool(self.config.progress) and self.world.is_main
 
     def save(self) -> None:
+        """Write the checkpoint and metrics to the run directory (process 0 only)."""
         if self.world.is_main:
             save_epoch(self.out, self.checkpoint(), self.state.metrics)
 

@@ -55,6 +55,7 @@ class OptimizerConfig(Config):
     progress: bool = option(True, defines_run=False)
 
     def check(self) -> None:
+        """Cross-option checks: ``lr_min`` at most ``lr``, and Adam for the rates' rules."""
         if self.lr_min > self.lr:
             raise ConfigError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
         if (
@@ -115,6 +116,8 @@ class ScheduleConfig(OptimizerConfig):
     weight_response: WeightResponse = EvidenceRecipe.response
 
     def check(self) -> None:
+        """The optimiser's checks, then resolve ``prior_step`` and check the evidence
+        options against each other (update rule, Hessian, backend, estimator)."""
         super().check()
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP

@@ -295,6 +295,8 @@ class EnsembleTrainer(EpochRun):
     divergence_hint = "Try a smaller --lr or --repulsion-scale."
 
     def train_epoch(self) -> dict[str, float]:
+        """Train all members one epoch; the row has ``train_loss``, ``train_accuracy``
+        (the members' means) and ``lr``."""
         self.ensemble.train()
         world, epoch = self.world, self.state.epoch
         bar = tqdm(
@@ -328,17 +330,20 @@ class EnsembleTrainer(EpochRun):
 
     # ------------------------------------------------------------------ persistence
     def checkpoint_entries(self) -> dict:
+        """The members' state dicts and the optimiser's."""
         return {
             "members": self.ensemble.member_state_dicts(),
             "optimizer": self.optimizer.state_dict(),
         }
 
     def restore_entries(self, ckpt: dict) -> None:
+        """Load the members' and the optimiser's state dicts."""
         self.ensemble.load_member_state_dicts(ckpt["members"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
 
     # ------------------------------------------------------------------ run
     def postfix(self, row: dict) -> dict[str, str]:
+        """The training loss and accuracy (an ensemble's row has no ``train_nll``)."""
         return {"loss": f"{row['train_loss']:.3f}", "acc": f"{row['train_accuracy']:.3f}"}
 
     def run(self, resume: bool = False, evaluate: bool = True, overwrite: bool = False) -> dict:

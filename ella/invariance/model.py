@@ -124,4 +124,5 @@ class InvariantClassifier(nn.Module):
         return logits.reshape(len(x), len(eps) // len(x), -1).mean(1)
 
     def extra_repr(self) -> str:
+        """The active generators and ``n_samples`` that ``print(module)`` shows."""
         return f"generators={self.generators}, n_samples={self.n_samples}"

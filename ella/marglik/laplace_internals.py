@@ -171,6 +171,7 @@ class LazyKronDecomposed(KronDecomposed):
 
     @property
     def eigenvalues(self) -> list[list[torch.Tensor]]:
+        """Each factor's eigenvalues, per parameter tensor, computed on first read."""
         if self._eigenvalues is None:
             self._eigenvalues = _once_per_distinct_factor(
                 self._factors, _eigenvalues_of, lambda values, _: values
@@ -179,6 +180,7 @@ class LazyKronDecomposed(KronDecomposed):
 
     @property
     def eigenvectors(self) -> list[list[torch.Tensor]]:
+        """Each factor's eigenvectors (columns), per parameter tensor, computed on first read."""
         if self._eigenvectors is None:
             self._eigenvectors = _once_per_distinct_factor(
                 self._factors,

@@ -771,7 +771,9 @@ class NativeGGN(CurvatureInterface):
         return self.factor * loss, Kron(kfacs)
 
     def full(self, x, y, **kwargs):
+        """Refused: the native backend gives Kronecker factors only (:meth:`kron`)."""
         raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")
 
     def diag(self, x, y, **kwargs):
+        """Refused: the native backend gives Kronecker factors only (:meth:`kron`)."""
         raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")

@@ -92,6 +92,9 @@ class PerChannelFCPath(Path):
         return u, v, bias
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, G, C_out, H / stride, W / stride) outputs of (B, G, C_in, H, W) inputs, the
+        stacked path's: each stage as one ``bmm``, or one call per map inside
+        :func:`~ella.nn.per_module_calls`."""
         self.check_input(z)
         b, g, c, h, w = z.shape
         rows = z.reshape(b, g * c, h * w).transpose(0, 1)  # (C_i, B, S_in)
@@ -111,6 +114,7 @@ class PerChannelFCPath(Path):
         return out.transpose(0, 1).reshape(b, g, self.out_channels, *self.out_size)
 
     def extra_repr(self) -> str:
+        """:meth:`~ella.nn.paths.Path.extra_repr`, marked per-channel, with a rank other than 1."""
         rank = f", rank={self.rank}" if self.rank != 1 else ""
         return f"{super().extra_repr()}, per-channel{rank}"
 

@@ -41,6 +41,7 @@ class LayerSpec:
 
     @property
     def out_size(self) -> tuple[int, int]:
+        """The output's (H, W): the input's divided by the stride."""
         return self.in_size[0] // self.stride, self.in_size[1] // self.stride
 
 
@@ -154,6 +155,8 @@ class Mixer(nn.Module):
         return next(iter(self.layers.values())).path_names
 
     def check_input(self, x: torch.Tensor) -> None:
+        """Raise a ValueError unless ``x`` is a non-empty (B, C, H, W) batch of the
+        channels and size this mixer was built for."""
         if x.dim() != 4:
             raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
         if x.shape[0] == 0:
@@ -178,6 +181,7 @@ class Mixer(nn.Module):
         return self.pool(z).mean(dim=(-2, -1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, num_classes) logits of (B, C, H, W) images: the head on :meth:`features`."""
         return self.head(self.features(x))
 
     @torch.no_grad()

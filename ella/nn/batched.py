@@ -50,6 +50,7 @@ class BatchedLinear(nn.Module):
         return torch.baddbmm(self.bias[:, None], x, self.weight.transpose(1, 2))
 
     def extra_repr(self) -> str:
+        """The sizes and options ``print(module)`` shows."""
         return (
             f"channels={self.channels}, in_features={self.in_features}, "
             f"out_features={self.out_features}, bias={self.bias is not None}"

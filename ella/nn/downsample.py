@@ -83,4 +83,6 @@ class PolyphaseDownsample(nn.Module):
     """Module form of :func:`polyphase_downsample` (parameter free)."""
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, ..., H/2, W/2): per sample, the polyphase component of ``z`` (B, ..., H, W)
+        with the largest absolute value."""
         return polyphase_downsample(z)

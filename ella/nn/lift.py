@@ -27,12 +27,14 @@ class Lift(nn.Module):
         self.in_channels = in_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, |G|, C, H, W) lifted tensor of (B, C, H, W) images: copy ``h`` is ``h . x``."""
         self.group.check_image(x)
         if self.in_channels is not None and x.shape[1] != self.in_channels:
             raise ValueError(f"Lift: expected {self.in_channels} input channels, got {x.shape[1]}")
         return torch.stack([self.group.act_on_image(g, x) for g in self.group.elements], dim=1)
 
     def extra_repr(self) -> str:
+        """The group ``print(module)`` shows."""
         return f"group={self.group.name}"
 
 
@@ -62,6 +64,8 @@ class GroupPool(nn.Module):
         return self.group.order if self.mode == GroupPooling.NONE else 1
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) of a lifted (B, |G|, C, H, W): the maximum or mean over the group
+        axis, or (B, |G| C, H, W), the copies as channels, with ``"none"``."""
         if z.dim() != 5 or z.shape[1] != self.group.order:
             raise ValueError(
                 f"GroupPool: expected a lifted tensor (B, {self.group.order}, C, H, W), "
@@ -72,4 +76,5 @@ class GroupPool(nn.Module):
         return z.amax(dim=1) if self.mode == GroupPooling.MAX else z.mean(dim=1)
 
     def extra_repr(self) -> str:
+        """The group and pooling mode ``print(module)`` shows."""
         return f"group={self.group.name}, mode={self.mode.value}"

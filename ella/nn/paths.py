@@ -136,6 +136,7 @@ class Path(nn.Module):
         self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
 
     def check_input(self, z: torch.Tensor) -> None:
+        """Raise a ValueError unless ``z`` is (B, |G|, C_in, H, W) for this path."""
         check_lifted(
             z,
             order=self.group.order,
@@ -161,6 +162,7 @@ class Path(nn.Module):
             param.zero_()
 
     def extra_repr(self) -> str:
+        """The channels, sizes and group that ``print(module)`` shows."""
         return (
             f"in={self.in_channels}, out={self.out_channels}, size={self.in_size}"
             f"->{self.out_size}, group={self.group.name}"
@@ -208,6 +210,7 @@ class ConvPath(Path):
         )
 
     def output_parameters(self) -> list[nn.Parameter]:
+        """The ``Conv2d``'s weight and bias (the path's only stage)."""
         return [self.conv.weight, self.conv.bias]
 
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -215,6 +218,8 @@ class ConvPath(Path):
         return self.conv.weight, self.conv.bias
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, G, C_out, H / stride, W / stride) outputs of (B, G, C_in, H, W) inputs: one
+        ``Conv2d`` over the group copies as channels."""
         self.check_input(z)
         b, g, c, h, w = z.shape
         out = self.conv(z.reshape(b, g * c, h, w)).reshape(b, g, self.out_channels, h, w)
@@ -286,6 +291,7 @@ class GConvPath(Path):
         self.convolution = LiftedConvolution()
 
     def output_parameters(self) -> list[nn.Parameter]:
+        """The group convolution's ``Conv2d`` weight and bias (the path's only stage)."""
         return [self.conv.weight, self.conv.bias]
 
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -300,6 +306,8 @@ class GConvPath(Path):
         return blocks.reshape(g * c_out, -1, *w.shape[-2:]), self.conv.bias.repeat(g)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, G, C_out, H / stride, W / stride) outputs of (B, G, C_in, H, W) inputs: the
+        group convolution, shared or full (:meth:`lifted_filter`)."""
         self.check_input(z)
         b, g, c, h, w = z.shape
         if fusable_paths([self]):  # full mode, outside per_module_calls
@@ -310,6 +318,7 @@ class GConvPath(Path):
         return self._downsample(out)
 
     def extra_repr(self) -> str:
+        """:meth:`Path.extra_repr` with the mode."""
         return f"{super().extra_repr()}, mode={self.mode.value}"
 
 
@@ -388,6 +397,7 @@ class ResidualConvPath(Path):
         self.convolution = LiftedConvolution()
 
     def output_parameters(self) -> list[nn.Parameter]:
+        """``theta``: the ``Conv2d``'s weight and bias (the outputs are linear in them)."""
         return [self.conv.weight, self.conv.bias]
 
     def lifted_filter(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -412,6 +422,8 @@ class ResidualConvPath(Path):
         return torch.einsum("bhmoxy,hm->bhoxy", y, self.basis)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, G, C_out, H / stride, W / stride) outputs of (B, G, C_in, H, W) inputs: the
+        symmetry-breaking part of a CONV path (:meth:`mix_outputs`)."""
         self.check_input(z)
         if fusable_paths([self]):  # outside per_module_calls
             return convolve_paths(z, [self], self.convolution)
@@ -506,6 +518,8 @@ class FCPath(Path):
         return [stage.weight, stage.bias]
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, G, C_out, H / stride, W / stride) outputs of (B, G, C_in, H, W) inputs: the
+        two stages (factorised mode) or the one linear map (dense mode)."""
         self.check_input(z)
         b, g, c, h, w = z.shape
         x = z.reshape(b, g * c, h * w)
@@ -521,6 +535,7 @@ class FCPath(Path):
         return out.reshape(b, g, self.out_channels, *self.out_size)
 
     def extra_repr(self) -> str:
+        """:meth:`Path.extra_repr` with the mode and a rank other than 1."""
         rank = f", rank={self.rank}" if self.rank != 1 else ""
         return f"{super().extra_repr()}, mode={self.mode.value}{rank}"
 
@@ -594,6 +609,8 @@ class LiftedConvolution(nn.Module):
     def forward(
         self, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, like: nn.Conv2d
     ) -> torch.Tensor:
+        """(B, C_out', H, W): lifted ``z`` (B, G, C_in, H, W), padded as ``like``, convolved
+        with ``weight`` (C_out', G C_in, k, k) and ``bias`` (C_out',)."""
         b, g, c, h, w = z.shape
         x = z.reshape(b, g * c, h, w)
         padding = like.padding

@@ -214,6 +214,8 @@ class RelaxedLayer(nn.Module):
         return list(self.paths[name].parameters())
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, |G|, C_out, H / stride, W / stride) outputs of (B, |G|, C_in, H, W) inputs:
+        the paths' sum over ``sqrt(P)``, normalised if asked, then the ReLU if asked."""
         check_lifted(
             z,
             order=self.group.order,
@@ -244,6 +246,7 @@ class RelaxedLayer(nn.Module):
         return max(errors.values())
 
     def extra_repr(self) -> str:
+        """The channels, sizes, group and paths that ``print(module)`` shows."""
         return (
             f"in={self.in_channels}, out={self.out_channels}, "
             f"size={self.in_size}->{self.out_size}, "

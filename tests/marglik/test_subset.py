@@ -126,10 +126,10 @@ def test_trainer_controls_the_subset_curvature(tmp_path):
     assert forward.model.training  # left as it was
     # none, or every image in the round: no control
     assert trainer("none", name="c").subset_curvature_ratio(data) == 1.0
-    assert trainer("forward", subset=64, name="d").subset_control() is SubsetControl.NONE
+    assert trainer("forward", subset=64, name="d").priors.recipe.control is SubsetControl.NONE
     # an invariant model's rounds fit the invariance evidence, not the subset's GGN
     learned = trainer("training", name="e", invariance="learned", augment="none")
-    assert learned.subset_control() is SubsetControl.NONE
+    assert learned.priors.recipe.control is SubsetControl.NONE
 
 
 def test_a_run_records_the_control_per_round_and_resumes_it(tmp_path):
