@@ -1,10 +1,9 @@
 """A control variate for the subset evidence: the ratio estimator of the curvature's scale.
 
 The subset evidence (:meth:`ella.marglik.LaplaceEvidence.fit` with ``n_data``) fits the
-GGN on ``M`` of the ``N`` training images and scales it by ``N / M``. Its noise is almost
-all a common scale: on ``ella train``'s default run (3000 images, ``M = 500``, stratified
-GGN) 95% of the variance of a round's optimal log precisions is one shift shared by every
-prior group, and that shift follows how hard the drawn images are. The trace of the softmax
+GGN on ``M`` of the ``N`` training images and scales it by ``N / M``. Most of its noise is
+a common scale: one shift of a round's optimal log precisions shared by every prior group,
+which follows how hard the drawn images are. The trace of the softmax
 likelihood's output Hessian, ``t_n = tr(diag(p_n) - p_n p_n^T) = 1 - sum_c p_nc^2``, is
 cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all
 images' follows the shift closely.
