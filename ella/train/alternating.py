@@ -158,7 +158,7 @@ class AlternatingState(EpochState):
 
 class EpochBatches(Protocol):
     """Where an epoch's batches come from: ``ella train``'s images in memory
-    (:class:`~ella.train.loop.ImageBatches`) or a user's ``DataLoader``
+    (:class:`~ella.train.batches.ImageBatches`) or a user's ``DataLoader``
     (:class:`~ella.train.fit.LoaderBatches`)."""
 
     #: where the batches' indices into the training set are (the traces are recorded there)
@@ -298,7 +298,8 @@ class AlternatingRun(EpochRun):
         self.train_model = model if train_model is None else train_model
         self.device = next(model.parameters()).device
         self.likelihood, self.sigma_noise = likelihood, sigma_noise
-        self.steps = arithmetic
+        #: the steps' arithmetic, or None: the default dtype's, the process-wide flags untouched
+        self.arithmetic = arithmetic
         self.invariance, self.best = invariance, best
         self.evaluations = dict(evaluations or {})
         self.step_graph = step_graph
@@ -354,7 +355,8 @@ class AlternatingRun(EpochRun):
         classification = self.likelihood == Likelihood.CLASSIFICATION
         optimizers = self.step_optimizers()
         graph = self.step_graph
-        autocast = self.steps.autocast if self.steps is not None else contextlib.nullcontext
+        arithmetic = self.arithmetic
+        autocast = arithmetic.autocast if arithmetic is not None else contextlib.nullcontext
 
         def on_device(batch: Batch, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
             """The step's device work on ``batch`` with inputs ``x`` and targets ``y`` (its
@@ -391,7 +393,7 @@ class AlternatingRun(EpochRun):
                 trace[batch.index.to(trace.device)] = terms.pop("trace")
             return terms, len(batch.y)
 
-        with self.steps.arithmetic() if self.steps is not None else contextlib.nullcontext():
+        with arithmetic.arithmetic() if arithmetic is not None else contextlib.nullcontext():
             sums = self.pass_over(self.batches(self.state.epoch, indexed), step)
         if trace is not None:
             self.add_traces(trace)
