@@ -62,9 +62,9 @@ class TrainConfig(ScheduleConfig):
     run trains on the embedded MNIST subset on a CPU; the options it sets otherwise than
     :class:`~ella.engine.schedule.ScheduleConfig` (:func:`ella.fit`'s) are declared here.
     Why each default is what it is, with its record: the training guide's defaults table,
-    whose default column is generated from this class (``tools/defaults_table.py``). The reference's optimiser and schedule are
-    ``--optimizer sgd --lr 0.1 --prior-precision 1 --n-epochs-burnin 10
-    --marglik-frequency 5 --batch-size 500 --prior-update adam``.
+    whose default column is generated from this class (``tools/defaults_table.py``). The
+    reference's optimiser and schedule are ``--optimizer sgd --lr 0.1 --prior-precision 1
+    --n-epochs-burnin 10 --marglik-frequency 5 --batch-size 500 --prior-update adam``.
 
     Every option is checked when the configuration is built (choices, ranges,
     finiteness; :class:`~ella.options.Config`); ``data_dir``, ``device``, ``compile``,
