@@ -469,11 +469,11 @@ class AlternatingRun(EpochRun):
                 f"{checkpoint_note(self.out)}. Try a smaller --lr-hyp or more burn-in epochs."
             )
 
-    def round_report(self) -> dict[str, list[dict]]:
-        """:func:`~ella.learner.report.effective_parameter_report` at the evidence just
-        fitted and the priors it ended with."""
+    def report_at(self, evidence: Any) -> dict[str, list[dict]]:
+        """:func:`~ella.learner.report.effective_parameter_report` of the priors' network at
+        ``evidence`` and the current precisions."""
         precisions = self.priors.log_prior.detach().exp()
-        return effective_parameter_report(self.priors.model, self.round_evidence, precisions)
+        return effective_parameter_report(self.priors.model, evidence, precisions)
 
     def round_metrics(self, value: float) -> dict:
         """What a round of log evidence ``value`` adds to its epoch's row: the precisions,
@@ -481,7 +481,7 @@ class AlternatingRun(EpochRun):
         (subset rounds with a control) and the mean shares (networks with relaxed layers).
         Keeps the round and its report (``state.last_round``) and the best-evidence state."""
         recipe, state = self.priors.recipe, self.state
-        report = self.round_report()
+        report = self.report_at(self.round_evidence)
         state.last_round = {"epoch": state.epoch, "log_marglik": value, "report": report}
         row: dict = {"prior_precision": self.priors.prior_precision}
         gap = self.priors.gaps[-1] if self.invariance is None else None
@@ -511,8 +511,13 @@ class AlternatingRun(EpochRun):
             row.update(self.round_metrics(value))
         if self.invariance is not None:
             row["eta"] = self.invariance.eta()
-        for split, evaluate in self.evaluations.items():
-            row.update({f"{split}_{k}": v for k, v in evaluate().items()})
+        for split, metrics in self.evaluate_sets().items():
+            row.update({f"{split}_{k}": v for k, v in metrics.items()})
+
+    def evaluate_sets(self) -> dict[str, dict[str, float]]:
+        """The metrics of the model as it is on each of :attr:`evaluations`' sets:
+        ``{split: {"accuracy": ..., "nll": ...}}``."""
+        return {split: evaluate() for split, evaluate in self.evaluations.items()}
 
     def postfix(self, row: dict) -> dict[str, str]:
         """The training NLL and accuracy, then what the row measured: validation and test

@@ -486,8 +486,12 @@ class FitRun(AlternatingRun):
             evaluations={"test": test} if test_loader is not None else None,
             divergence_hint="Try a smaller lr.",
         )
-        self.train_loader = loader
         self.steps_per_epoch = len(loader)
+
+    @property
+    def train_loader(self) -> DataLoader:
+        """The loader the run reads (the user's, resharded over the processes where needed)."""
+        return self.batches.loader
 
     def checkpoint_entries(self) -> dict:
         """The weights, their optimiser, the learner's state dict, the traces and the

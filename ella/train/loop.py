@@ -51,7 +51,6 @@ from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.learner.report import (
-    effective_parameter_report,
     format_table,
     save_eta_figure,
     save_figure,
@@ -176,8 +175,6 @@ class Trainer(AlternatingRun):
         control = config.subset_control if partial and learns_network else SubsetControl.NONE
         priors.recipe = priors.recipe.replace(control=control)
         self.prior, self.log_prior = priors.prior, priors.log_prior
-        if config.learn_priors or config.invariance == InvarianceMethod.LEARNED:
-            check_memory(self.net, config.hessian)  # refuse an impossible Hessian up front
         augmentation = (
             None
             if config.augment == Augmentation.NONE
@@ -212,6 +209,8 @@ class Trainer(AlternatingRun):
                 "test": self._evaluation(self.data.test),
             },
         )
+        if self.learning():  # refuse an impossible Hessian before any work
+            check_memory(self.net, config.hessian)
         self.labels = self.data.train.tensors[1]
         self.hyper_optimizer = priors.optimizer
         self.step_graph = self._step_graph(config)
@@ -368,11 +367,6 @@ class Trainer(AlternatingRun):
         except EvidenceError as err:  # its message names the fix (a smaller --lr)
             raise TrainingDivergedError(f"{err}; {checkpoint_note(self.out)}") from err
 
-    def evaluate_sets(self) -> dict[str, dict[str, float]]:
-        """Accuracy and NLL of the model as it is on ``validation`` (if held out) and
-        ``test``: ``{split: {"accuracy": ..., "nll": ...}}``."""
-        return {split: evaluate() for split, evaluate in self.evaluations.items()}
-
     def finish(self, seconds: float) -> dict:
         """Evaluate the reported state, compute the effective-parameter report, write results."""
         final = self.evaluate_sets()
@@ -397,7 +391,7 @@ class Trainer(AlternatingRun):
                 evidence = self.fit_evidence()
                 with torch.no_grad():
                     final_marglik = float(evidence.log_marginal_likelihood(self.log_prior))
-            report = effective_parameter_report(self.net, evidence, self.log_prior.detach().exp())
+            report = self.report_at(evidence)
         results = {
             # test_accuracy, final_test_nll, validation_accuracy (if held out), ...
             **{
