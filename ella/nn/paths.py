@@ -39,6 +39,7 @@ from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.batched import BatchedLinear
 from ella.nn.downsample import downsample as downsample_by
+from ella.nn.downsample import max_downsample
 from ella.nn.padding import circular_pad
 
 
@@ -635,8 +636,9 @@ def convolve_paths(
     With stride 1 their filters are added (a convolution is linear in its filter, so
     ``conv(z, W_1) + conv(z, W_2) = conv(z, W_1 + W_2)``: half the work of two
     convolutions); with stride 2 they are stacked along the output channels and each
-    path's part is downsampled on its own, as :meth:`Path.forward` does. The input is
-    padded once for all paths.
+    path's part is downsampled on its own, as :meth:`Path.forward` does (a 2x2 maximum,
+    which acts plane by plane, over all parts in one call). The input is padded once for
+    all paths.
 
     Args:
         z: lifted input (B, G, C_in, H, W).
@@ -659,10 +661,19 @@ def convolve_paths(
     out = convolution(z, weight, bias, paths[0].conv)
     if adds_filters(paths):
         return paths[0]._downsample(out.reshape(b, g, paths[0].out_channels, h, w))
-    parts = [
-        path._downsample(part.reshape(b, g, path.out_channels, h, w))
-        for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
-    ]
+    if all(p.downsample == Downsampling.MAX for p in paths):
+        # a 2x2 maximum is taken plane by plane: all paths' planes at once, then split
+        out = max_downsample(out)
+        h, w = h // 2, w // 2
+        parts = [
+            part.reshape(b, g, path.out_channels, h, w)
+            for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
+        ]
+    else:
+        parts = [
+            path._downsample(part.reshape(b, g, path.out_channels, h, w))
+            for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
+        ]
     total = parts[0]
     for part in parts[1:]:
         total = total + part

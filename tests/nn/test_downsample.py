@@ -66,6 +66,21 @@ def test_max_downsampling_is_the_maximum_of_each_2x2_block():
     torch.testing.assert_close(out[:, 0], F.max_pool2d(z[:, 0], 2), rtol=0, atol=0)
 
 
+def test_max_downsampling_without_a_backward_gives_max_poolings_values():
+    """Outside autograd the maximum of four strided views is taken instead of torch's
+    pooling: the same values, ties and infinities included."""
+    z = torch.randint(-2, 3, (2, 3, 4, 6, 8)).float()
+    z[0, 0, 0, 0, :2] = float("inf")
+    z[1, 2, 3, 4:, 6:] = -float("inf")
+    pooled = F.max_pool2d(z.reshape(2, -1, 6, 8), 2).reshape(2, 3, 4, 3, 4)
+    with torch.no_grad():
+        assert torch.equal(max_downsample(z), pooled)
+    assert torch.equal(max_downsample(z), pooled)  # z needs no gradient
+    needs_grad = z.clone().requires_grad_()
+    out = max_downsample(needs_grad)
+    assert out.grad_fn is not None and torch.equal(out.detach(), pooled)
+
+
 @pytest.mark.parametrize("name", ["C4", "D4"])
 def test_max_downsampling_commutes_with_the_group_on_lifted_tensors(name):
     """Rotations and flips of an even grid map its 2x2 blocks onto 2x2 blocks."""

@@ -88,7 +88,7 @@ def test_instance_norm_refuses_a_single_value_per_channel():
 
 # ---------------------------------------------------------------- one convolution
 @pytest.mark.parametrize("group", ["trivial", "C4", "D4"])
-@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("stride, downsample", [(1, "polyphase"), (2, "polyphase"), (2, "max")])
 @pytest.mark.parametrize(
     "paths, gconv_mode",
     [
@@ -100,11 +100,14 @@ def test_instance_norm_refuses_a_single_value_per_channel():
     ],
 )
 def test_one_convolution_equals_each_path_called_on_its_own(
-    float64, group, stride, paths, gconv_mode
+    float64, group, stride, downsample, paths, gconv_mode
 ):
     """The layer's fused CONV+GCONV convolution is the sum of the paths' own module calls,
-    in value and in every gradient (input and parameters)."""
-    layer = RelaxedLayer(2, 3, 8, group, paths=paths, stride=stride, gconv_mode=gconv_mode)
+    in value and in every gradient (input and parameters); with stride 2 and max pooling
+    the paths' parts are pooled in one call."""
+    layer = RelaxedLayer(
+        2, 3, 8, group, paths=paths, stride=stride, gconv_mode=gconv_mode, downsample=downsample
+    )
     assert_same_as_module_calls(layer, torch.randn(3, layer.group.order, 2, 8, 8))
 
 
