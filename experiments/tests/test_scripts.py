@@ -77,3 +77,24 @@ def test_repulsion_smoke(tmp_path):
     saved = json.loads((tmp_path / "repulsion.json").read_text())
     assert [r["method"] for r in saved["rows"]] == repulsion.REPULSIVE
     assert all(r["ratio_initial"] > 0 and r["ratio_trained"] > 0 for r in saved["rows"])
+
+
+@pytest.mark.slow
+def test_round_parts_smoke(tmp_path):
+    """The parts of a tiny run's rounds: each timed, nested parts within their whole."""
+    from experiments import round_parts
+
+    payload = round_parts.main(
+        ["--profile", "smoke", "--rounds", "1", "--results-dir", str(tmp_path)]
+    )
+    parts = payload["seconds_per_round"]
+    assert all(s > 0 for s in parts.values())
+    assert (
+        parts["forward"] + parts["output factors (backward passes, products)"]
+        <= (parts["native factors"])
+    )
+    assert parts["eigenvalues"] <= parts["evidence terms"] <= parts["evidence fit"]
+    assert parts["evidence fit"] <= parts["learner fit (fit, step)"] <= parts["round"]
+    assert "| eigenvalues |" in (tmp_path / "round_parts_smoke.md").read_text()
+    assert round_parts.NativeGGN.kron.__name__ == "kron"  # the timers are removed
+    assert not hasattr(round_parts.NativeGGN.kron, "__wrapped__")

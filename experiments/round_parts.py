@@ -1,0 +1,143 @@
+"""Where an evidence round of ``ella train`` spends its time, beside an epoch.
+
+Trains ``ella train``'s default run (or a tiny one with ``--profile smoke``) for one epoch,
+fits one round to warm up, then times ``--rounds`` rounds (``Trainer.evidence_round``)
+with wall-clock timers around their parts: the native Kronecker factors (the forward, the
+output factors' backward passes and products, the rest: input factors and sums), the
+eigenvalues of the factors, the rest of the evidence's terms, the closed-form step on the
+prior precisions, and the round's report. A second epoch in the same process is the
+yardstick. Timers, not a profiler: a profiler's per-call overhead moves Python-heavy parts.
+
+    python -m experiments.round_parts      # about a minute on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ella.learner.prior_learner import PriorLearner
+from ella.marglik import laplace_internals
+from ella.marglik.evidence import KronEvidenceTerms, LaplaceEvidence
+from ella.marglik.native import NativeGGN
+from ella.train import TrainConfig, Trainer
+from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+
+PROFILES = {
+    "default": {},
+    "smoke": dict(train_size=64, test_size=32, width=1, batch_size=32, marglik_subset_size=32),
+}
+
+#: (owner, attribute, label): the timed callables; nested ones are parts of the one above
+TIMED = [
+    (PriorLearner, "evidence_round", "round"),
+    (LaplaceEvidence, "fit", "evidence fit"),
+    (NativeGGN, "kron", "native factors"),
+    (NativeGGN, "_forward", "forward"),
+    (NativeGGN, "_output_factors", "output factors (backward passes, products)"),
+    (KronEvidenceTerms, "from_laplace", "evidence terms"),
+    (laplace_internals, "_eigenvalues_of", "eigenvalues"),
+    (KronEvidenceTerms, "optimal_log_prior", "closed-form optimum"),
+    (PriorLearner, "fit", "learner fit (fit, step)"),
+]
+
+
+@contextmanager
+def timers(seconds: dict[str, float]) -> Iterator[None]:
+    """Add each :data:`TIMED` callable's wall seconds to ``seconds[label]`` while inside."""
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in TIMED]
+
+    def timed(function, label):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[label] += time.perf_counter() - start
+
+        return wrapper
+
+    for (owner, name, function), (_, _, label) in zip(originals, TIMED, strict=True):
+        setattr(owner, name, timed(function, label))
+    try:
+        yield
+    finally:
+        for owner, name, function in originals:
+            setattr(owner, name, function)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds timed (default: 3)")
+    parser.add_argument(
+        "--results-dir", default=str(EXPERIMENT_RESULTS), help="where to write results"
+    )
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    config = TrainConfig(progress=False, **PROFILES[args.profile])
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(config, out)
+        trainer.state.epoch = 1
+        trainer.train_epoch()
+        trainer.evidence_round()  # warm-up
+        seconds: dict[str, float] = defaultdict(float)
+        with timers(seconds):
+            for _ in range(args.rounds):
+                trainer.evidence_round()
+        trainer.state.epoch = 2
+        start = time.perf_counter()
+        trainer.train_epoch()
+        epoch = time.perf_counter() - start
+    per_round = {label: seconds[label] / args.rounds for _, _, label in TIMED}
+    whole = per_round["round"]
+    derived = {
+        "native factors: the rest (input factors, sums)": per_round["native factors"]
+        - per_round["forward"]
+        - per_round["output factors (backward passes, products)"],
+        "evidence terms: the rest": per_round["evidence terms"] - per_round["eigenvalues"],
+        "evidence fit: the rest (laplace-torch around the factors, checks)": per_round[
+            "evidence fit"
+        ]
+        - per_round["native factors"]
+        - per_round["evidence terms"],
+        "report and the rest of the round": whole - per_round["learner fit (fit, step)"],
+    }
+    rows = [(label, per_round[label]) for _, _, label in TIMED] + list(derived.items())
+    env = environment("cpu")
+    payload = {
+        "command": f"python -m experiments.round_parts --profile {args.profile}",
+        "environment": env,
+        "config": config.to_dict(),
+        "rounds": args.rounds,
+        "epoch_s": epoch,
+        "seconds_per_round": dict(rows),
+    }
+    lines = [
+        "# Where an evidence round spends its time",
+        "",
+        f"`{payload['command']}` on {env['cpu']}, {env['threads']} threads, {env['date']}. "
+        f"Mean of {args.rounds} rounds after one epoch and one warm-up round; an epoch in "
+        f"the same process took {epoch:.2f} s ({config.train_size} images).",
+        "",
+        "| part | s per round | share of the round |",
+        "|---|---:|---:|",
+        *[f"| {label} | {s:.3f} | {100 * s / whole:.0f}% |" for label, s in rows],
+        "",
+        f"A round is {whole / epoch:.2f} epochs.",
+        "",
+    ]
+    write_results(f"round_parts_{args.profile}", payload, "\n".join(lines), args.results_dir)
+    print("\n".join(lines))
+    return payload
+
+
+if __name__ == "__main__":
+    main()
