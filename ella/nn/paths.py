@@ -661,19 +661,16 @@ def convolve_paths(
     out = convolution(z, weight, bias, paths[0].conv)
     if adds_filters(paths):
         return paths[0]._downsample(out.reshape(b, g, paths[0].out_channels, h, w))
-    if all(p.downsample == Downsampling.MAX for p in paths):
-        # a 2x2 maximum is taken plane by plane: all paths' planes at once, then split
+    pooled = all(p.downsample == Downsampling.MAX for p in paths)
+    if pooled:  # a 2x2 maximum acts plane by plane: all paths' planes in one call
         out = max_downsample(out)
         h, w = h // 2, w // 2
-        parts = [
-            part.reshape(b, g, path.out_channels, h, w)
-            for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
-        ]
-    else:
-        parts = [
-            path._downsample(part.reshape(b, g, path.out_channels, h, w))
-            for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
-        ]
+    parts = [
+        part.reshape(b, g, path.out_channels, h, w)
+        for path, part in zip(paths, out.chunk(len(paths), dim=1), strict=True)
+    ]
+    if not pooled:
+        parts = [path._downsample(part) for path, part in zip(paths, parts, strict=True)]
     total = parts[0]
     for part in parts[1:]:
         total = total + part
