@@ -1,8 +1,9 @@
 """Where an evidence round of ``ella train`` spends its time, beside an epoch.
 
 Trains ``ella train``'s default run (or a tiny one with ``--profile smoke``) for one epoch,
-fits one round to warm up, then times ``--rounds`` rounds (``Trainer.evidence_round``)
-with wall-clock timers around their parts: the native Kronecker factors (the forward, the
+fits one round to warm up, then runs ``--rounds`` rounds (``Trainer.evidence_round``)
+and times the learner's round inside each (``PriorLearner.evidence_round``, the row
+"round") with wall-clock timers around its parts: the native Kronecker factors (the forward, the
 output factors' backward passes and products, the rest: input factors and sums), the
 eigenvalues of the factors, the rest of the evidence's terms, the closed-form step on the
 prior precisions, and the round's report. A second epoch in the same process is the
