@@ -172,14 +172,22 @@ def load(dataset: str, budget: Budget, data_dir: str | None) -> Split:
     return _DATA[key]
 
 
-def build(paths: Sequence[str], zero_init: Sequence[str], widths: Sequence[int]) -> nn.Module:
+def build(
+    paths: Sequence[str] | Sequence[Sequence[str]],
+    zero_init: Sequence[str],
+    widths: Sequence[int],
+) -> nn.Module:
     """Lift to C4, three relaxed layers (``widths`` channels per group copy, strides
-    ``STRIDES``, no normalisation), max over the group, global average, linear head."""
+    ``STRIDES``, no normalisation), max over the group, global average, linear head.
+
+    ``paths`` names the paths of every layer (``("conv", "gconv")``) or, one tuple per
+    layer, each layer's own (``(("conv",), ("conv", "gconv"), ("gconv",))``)."""
+    per_layer = [paths] * len(widths) if isinstance(paths[0], str) else list(paths)
     modules: list[tuple[str, nn.Module]] = [("lift", Lift("C4"))]
     channels, size = 1, IMAGE_SIZE
-    for i, (width, stride) in enumerate(zip(widths, STRIDES, strict=True)):
+    for i, (width, stride, kept) in enumerate(zip(widths, STRIDES, per_layer, strict=True)):
         layer = RelaxedLayer(
-            channels, width, size, "C4", paths=paths, stride=stride, norm="none",
+            channels, width, size, "C4", paths=kept, stride=stride, norm="none",
             zero_init=zero_init,
         )  # fmt: skip
         modules.append((f"layer{i + 1}", layer))
