@@ -67,7 +67,6 @@ checkpoint beside its row (``experiments/results/layer_reduction/``)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import math
 import os
@@ -304,9 +303,7 @@ def lifted_gather(path: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return index
 
 
-def layer_kron_ggn(
-    model: nn.Module, per_tensor: torch.Tensor, cross: bool = True
-) -> torch.Tensor:
+def layer_kron_ggn(model: nn.Module, per_tensor: torch.Tensor, cross: bool = True) -> torch.Tensor:
     """The Kronecker GGN of each layer's total map, with each path a subspace of it.
 
     A layer adds its paths' lifted filters, so its output depends on the CONV weight
@@ -344,12 +341,15 @@ def within_modules(model: nn.Module, G: torch.Tensor) -> torch.Tensor:
     modules = [name.split(".")[0] for name, _ in model.named_parameters()]
     number = {m: i for i, m in enumerate(dict.fromkeys(modules))}
     owner = torch.cat([
-        torch.full((p.numel(),), number[m]) for m, p in zip(modules, model.parameters(), strict=True)
+        torch.full((p.numel(),), number[m])
+        for m, p in zip(modules, model.parameters(), strict=True)
     ])  # fmt: skip
     return G * (owner[:, None] == owner[None, :])
 
 
-def curvature(model: nn.Module, prior: PriorStructure, split: Split, estimator: str) -> torch.Tensor:
+def curvature(
+    model: nn.Module, prior: PriorStructure, split: Split, estimator: str
+) -> torch.Tensor:
     if estimator in ("dense", "dense_layer"):
         G = full_ggn(model, split.x, split.y)[0]
         return G if estimator == "dense" else within_modules(model, G)
@@ -443,11 +443,14 @@ def candidates(row: dict, budget: Budget, data_dir: str, results: Path) -> dict:
         delta = u.exp()[index]
         precision = G + torch.diag(delta)
         joint = {
-            tag(arch): reduction(precision, theta, delta, sum((groups[g] for g in dropped(arch)), []))
+            tag(arch): reduction(
+                precision, theta, delta, [i for g in dropped(arch) for i in groups[g]]
+            )
             for arch in ARCHITECTURES[1:]
         }  # fmt: skip
         single = {
-            f"layer{i + 1}.{p}": joint[tag(without(FULL, i, p))] for i in range(N_LAYERS) for p in BOTH
+            f"layer{i + 1}.{p}": joint[tag(without(FULL, i, p))]
+            for i in range(N_LAYERS) for p in BOTH
         }  # fmt: skip
         reduced, steps = iterative_reduction(precision, theta, delta, groups)
         out[estimator] = {
@@ -571,7 +574,11 @@ def phase_networks(args, budget: Budget) -> None:
     out = results_file(args.results_dir, f"networks.part{index}")
     times: list[float] = []
     for i, (dataset, seed, arch) in enumerate(todo, 1):
-        eta = f", about {statistics.fmean(times) * (len(todo) - i + 1) / 60:.0f} min left" if times else ""
+        eta = (
+            f", about {statistics.fmean(times) * (len(todo) - i + 1) / 60:.0f} min left"
+            if times
+            else ""
+        )
         print(f"  [{i}/{len(todo)}] {dataset} seed {seed} {short(arch)}{eta}", flush=True)
         tick = time.perf_counter()
         row = train_network(dataset, seed, arch, budget, args.data_dir, args.results_dir)
@@ -614,8 +621,8 @@ def phase_greedy(args, budget: Budget) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phase", required=True,
-                        choices=("networks", "candidates", "greedy", "summarise", "all"))  # fmt: skip
+    names = ("networks", "candidates", "greedy", "summarise", "all")
+    parser.add_argument("--phase", required=True, choices=names)
     parser.add_argument("--data-dir", default=os.environ.get("ELLA_DATA", "../shared/data"))
     parser.add_argument("--results-dir", type=Path, default=EXPERIMENT_RESULTS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))

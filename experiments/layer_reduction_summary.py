@@ -17,7 +17,6 @@ from scipy.stats import spearmanr
 
 from experiments.layer_reduction import (
     ARCHITECTURES,
-    BOTH,
     DATASETS,
     ESTIMATORS,
     FULL,
@@ -143,7 +142,8 @@ def follows(per_setting: dict, seeds: Sequence[int]) -> dict[int, dict] | None:
         for row in pair:
             layers = row["winner"].split("/")
             counts.append({"gconv_kept": sum("gconv" in x for x in layers),
-                           "conv_dropped": sum("conv" not in x.split("+") for x in layers)})  # fmt: skip
+                           "conv_dropped": sum("conv" not in x.split("+")
+                                               for x in layers)})  # fmt: skip
         mnist, rotated = counts
         gains = [rotated[k] - mnist[k] for k in ("gconv_kept", "conv_dropped")]
         out[s] = {"mnist": mnist, "rotated_mnist": rotated,
@@ -173,12 +173,14 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
         "# Issue 69: which paths each layer needs, by Bayesian model reduction against the "
         "exhaustive comparison",
         "",
-        f"`python -m experiments.layer_reduction --phase summarise`. {describe_network(budget.widths)}. "
+        "`python -m experiments.layer_reduction --phase summarise`. "
+        f"{describe_network(budget.widths)}. "
         f"{budget.train_size} training and {budget.validation_size} validation images, "
         f"{budget.epochs} epochs of Adam at 3e-3, KFAC evidence rounds every "
         f"{budget.frequency} epochs from epoch {budget.burnin}; every network scored by its "
         "dense-GGN Laplace evidence at its optimal precisions. Complete settings: "
-        + (", ".join(payload["complete"]) or "none") + ".",
+        + (", ".join(payload["complete"]) or "none")
+        + ".",
         "",
         "## The exhaustive comparison",
         "",
@@ -246,8 +248,9 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
         "`score(remove CONV) - score(remove GCONV)` per layer (nats), rotated minus upright "
         "MNIST at each seed; it follows the data where it is positive.",
         "",
-        "| candidate | " + " | ".join(f"seed {s}, layer {i + 1}" for s in seeds
-                                     for i in range(N_LAYERS)) + " |",  # fmt: skip
+        "| candidate | "
+        + " | ".join(f"seed {s}, layer {i + 1}" for s in seeds for i in range(N_LAYERS))
+        + " |",  # fmt: skip
         "|---|" + "---:|" * (len(seeds) * N_LAYERS),
     ]
     for name in ["exhaustive", *[m[0] for m in _methods() if m[1] is not None],

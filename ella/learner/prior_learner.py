@@ -281,11 +281,7 @@ class PriorLearner:
         self.world.check_identical(self.log_prior.detach(), "prior precisions")
         if self.recipe.response == WeightResponse.LAPLACE:
             laplace_response(
-                self.evidence,
-                self.state.trainable(),
-                self.prior.expand(before.exp()),
-                self.prior.expand(self.log_prior.detach().exp()),
-                self.prior_mean,
+                self.evidence, before.exp(), self.log_prior.detach().exp(), self.prior_mean
             )
         self.gaps.append(_gap(self.log_prior.detach(), optimum))
         value = self.log_marginal_likelihood()

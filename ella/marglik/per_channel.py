@@ -83,6 +83,14 @@ class PerChannelFCPath(Path):
         self._channel.copy_(path.channel_maps.weight)
         self._bias.copy_(path.channel_maps.bias)
 
+    @torch.no_grad()
+    def copy_to(self, path: FCPath) -> None:
+        """Write the per-channel maps' weights into the stacked path (:meth:`copy_from`'s
+        inverse)."""
+        path.pixel_maps.weight.copy_(self._pixel)
+        path.channel_maps.weight.copy_(self._channel)
+        path.channel_maps.bias.copy_(self._bias)
+
     def stacked_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``U`` (C_i, C_o R, S_in), ``V`` (C_o, S_out, C_i R) and the bias (C_o, S_out),
         differentiable in the per-channel modules' parameters."""
@@ -130,7 +138,7 @@ class PerChannelView:
     Without a factorised FC path, :attr:`network` is ``model`` itself.
 
     Args:
-        model: the network (its parameters are read, never written).
+        model: the network (its parameters are read; only :meth:`write_back` writes them).
 
     Attributes:
         network: the view; its parameters other than the FC paths' are ``model``'s own
@@ -168,6 +176,13 @@ class PerChannelView:
         for source, module in self._modes:
             module.training = source.training
         return self.network
+
+    def write_back(self) -> None:
+        """Copy the FC paths' per-channel weights of :attr:`network` into ``model``'s
+        stacked tensors (after something moved the view's weights in place); the view's
+        other parameters are ``model``'s own."""
+        for path, twin in self._pairs:
+            twin.copy_to(path)
 
     def vector(self, values: torch.Tensor) -> torch.Tensor:
         """A vector over ``model``'s trainable parameters, (n_params,) in

@@ -23,8 +23,6 @@ inputs); for a network it is the linearised Laplace's prediction (MacKay 1992).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from ella.choices import HessianStructure
@@ -37,31 +35,39 @@ __all__ = ["laplace_response"]
 @torch.no_grad()
 def laplace_response(
     evidence: LaplaceEvidence,
-    parameters: Sequence[torch.Tensor],
     old: torch.Tensor,
     new: torch.Tensor,
     mean: torch.Tensor | None = None,
 ) -> None:
-    """Move ``parameters`` in place to the new prior's MAP as the fitted Kronecker GGN
-    predicts (module docstring).
+    """Move the evidence's model in place to the new prior's MAP as the fitted Kronecker
+    GGN predicts (module docstring), one Kronecker block at a time: on a network with
+    factorised FC paths, each per-channel map of :attr:`LaplaceEvidence.view` is a block,
+    and the moved maps are written back into the model's stacked tensors.
 
     Args:
         evidence: a fitted :class:`~ella.marglik.LaplaceEvidence` with the Kronecker
-            Hessian, over exactly ``parameters`` (in its order).
-        parameters: the trainable tensors of its model.
-        old: each tensor's prior precision before the change, (n_tensors,).
-        new: each tensor's prior precision after it, (n_tensors,).
-        mean: the prior's mean of every parameter, flattened in order (n_params,);
-            ``None``: zero.
+            Hessian, at the model's current weights.
+        old: each prior group's precision before the change, (n_groups,).
+        new: each prior group's precision after it, (n_groups,).
+        mean: the prior's mean of every trainable parameter of the model, flattened in
+            ``model.parameters()`` order (n_params,); ``None``: zero.
     """
     if evidence.structure != HessianStructure.KRON:
         raise ValueError("the Laplace response needs the Kronecker Hessian (hessian='kron')")
-    la = evidence.laplace
-    if len(parameters) != len(old) or len(parameters) != len(la.H.eigenvalues):
+    la, prior = evidence.laplace, evidence.prior
+    if old.shape != (prior.n_groups,) or new.shape != (prior.n_groups,):
         raise ValueError(
-            f"{len(parameters)} tensors, {len(old)} old and {len(new)} new precisions and "
-            f"{len(la.H.eigenvalues)} Kronecker blocks: give one of each per block"
+            f"give one old and one new precision per prior group ({prior.n_groups}), got "
+            f"shapes {tuple(old.shape)} and {tuple(new.shape)}"
         )
+    parameters = [p for p in evidence.view.sync().parameters() if p.requires_grad]
+    if len(parameters) != len(la.H.eigenvalues):
+        raise ValueError(
+            f"{len(parameters)} tensors and {len(la.H.eigenvalues)} Kronecker blocks: the "
+            "evidence was fitted on another model; fit it again"
+        )
+    old, new = prior.expand(old), prior.expand(new)
+    mean = None if mean is None else evidence.view.vector(mean)
     scale, dtype = hessian_scale(la), parameter_dtype(la)
     offsets = [0]
     for p in parameters:
@@ -85,3 +91,4 @@ def laplace_response(
             moved = qb @ (coords * (lam + old[t]) / (lam + new[t])) @ qa.T
         moved = moved.reshape(param.shape).to(param.dtype)
         param.copy_(moved if centre is None else moved + centre)
+    evidence.view.write_back()

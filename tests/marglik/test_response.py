@@ -51,7 +51,7 @@ def test_the_response_lands_on_the_new_priors_map(float64, mean):
     )
     evidence.fit(DataLoader(TensorDataset(X, y), batch_size=16))
     centre = torch.cat([mean_w, torch.tensor([mean_b])]) if mean else None
-    laplace_response(evidence, list(model.parameters()), old, new, centre)
+    laplace_response(evidence, old, new, centre)
     w, b = ridge(X, y, sigma, *new, mean_w, mean_b)
     torch.testing.assert_close(model.weight[0], w)
     torch.testing.assert_close(model.bias[0], b)
@@ -79,3 +79,63 @@ def test_the_response_needs_the_kronecker_hessian():
     model = nn.Linear(3, 2)
     with pytest.raises(ConfigError, match="Kronecker"):
         PriorLearner(model, 10, hessian="diag", response="laplace")
+
+
+def test_the_response_moves_every_per_channel_block_of_an_fc_network(float64):
+    """On a network with factorised FC paths the evidence's blocks are the per-channel maps
+    of its view (:class:`~ella.marglik.PerChannelView`): each map moves by
+    ``(K + delta_new)^{-1} (K + delta_old) theta`` with its own dense Kronecker block
+    ``K = B (x) A``, and the stacked tensors of the model receive the moved maps."""
+    from ella.marglik.laplace_internals import hessian_scale, kron_factors
+    from tests.marglik.test_evidence import tiny_data, tiny_mixer
+
+    model = tiny_mixer().double()
+    evidence = LaplaceEvidence(model, PriorStructure(model))
+    evidence.fit(tiny_data())
+    view = evidence.view.sync()
+    before = [p.detach().clone() for p in view.parameters()]
+    old = torch.rand(evidence.prior.n_groups) + 0.5
+    new = old * torch.linspace(0.1, 10.0, len(old))
+    laplace_response(evidence, old, new)
+    after = [p.detach().clone() for p in evidence.view.sync().parameters()]  # from the model
+    old_t, new_t = evidence.prior.expand(old), evidence.prior.expand(new)
+    scale = hessian_scale(evidence.laplace)
+    blocks = kron_factors(evidence.laplace)
+    assert len(blocks) == len(before) > len(list(model.parameters()))  # per-channel blocks
+    for t, factors in enumerate(blocks):
+        K = factors[0] if len(factors) == 1 else torch.kron(factors[0], factors[1])
+        K = K * scale
+        eye = torch.eye(K.shape[0], dtype=K.dtype)
+        expected = torch.linalg.solve(
+            K + new_t[t] * eye, (K + old_t[t] * eye) @ before[t].flatten()
+        )
+        torch.testing.assert_close(after[t].flatten(), expected, rtol=1e-8, atol=1e-10)
+    assert max(float((a - b).abs().max()) for a, b in zip(after, before, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize("paths", [("fc",), ("conv", "gconv"), ("fc", "conv", "gconv")])
+@pytest.mark.parametrize("response", ["none", "laplace"])
+@pytest.mark.parametrize("backend", ["native", "asdl"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_path_set_takes_a_round_with_each_response_backend_and_dtype(
+    paths, response, backend, dtype
+):
+    """The matrix of paths x weight response x evidence backend x precision: a learner's
+    round runs, its weights stay finite, and with the response they move where the
+    precisions did."""
+    from ella.models import mixer
+    from tests.marglik.test_evidence import tiny_data
+
+    model = mixer(1, 3, 6, group="C4", paths=paths, width=1, blocks=((1, 1), (2, 2))).to(dtype)
+    learner = PriorLearner(
+        model, 10, prior_precision=1.0, update="optimum", response=response, backend=backend
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    loader = tiny_data()
+    batches = [(x.to(dtype), y) for x, y in loader]
+    value = learner.evidence_step(batches)
+    assert torch.isfinite(torch.tensor(value))
+    after = [p.detach() for p in model.parameters()]
+    assert all(bool(torch.isfinite(p).all()) for p in after)
+    moved = max(float((a - b).abs().max()) for a, b in zip(after, before, strict=True))
+    assert (moved > 0) == (response == "laplace")
