@@ -135,7 +135,9 @@ def test_a_wheel_of_the_checkout_works_as_a_library(tmp_path):
 def test_ci_builds_the_docs_strictly_without_silencing_warnings():
     assert "tools/docs.sh" in (ROOT / ".ci" / "run").read_text()
     (build,) = [
-        ln for ln in (ROOT / "tools" / "docs.sh").read_text().splitlines() if "mkdocs build" in ln
+        ln
+        for ln in (ROOT / "tools" / "docs.sh").read_text().splitlines()
+        if re.search(r"mkdocs\"? build", ln)
     ]
     flags = build.split()
     assert "--strict" in flags
@@ -195,3 +197,11 @@ def test_the_strict_build_fails_on_a_docstring_griffe_cannot_read(tmp_path):
     assert "train_loader, test_loader" in bad.stderr, bad.stderr
     good = strict_build(tmp_path / "good", GOOD)
     assert good.returncode == 0, good.stderr
+
+
+def test_the_docs_build_uses_the_environment_the_setup_builds():
+    """``ELLA_VENV`` names the environment for both scripts (``.venv`` without it)."""
+    docs = (ROOT / "tools" / "docs.sh").read_text()
+    setup = (ROOT / "tools" / "setup_env.sh").read_text()
+    assert "venv=${ELLA_VENV:-.venv}" in docs and "venv=${ELLA_VENV:-.venv}" in setup
+    assert ".venv/bin" not in docs
