@@ -57,6 +57,11 @@ PATH_SELECTION = "path_selection.json"
 PATH_SELECTION_STATE = "path_selection.pt"
 #: the best candidate so far of a selection round in progress (removed when it finishes)
 PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
+#: what ``ella select RUN --per-layer`` writes: its rounds, the selected network, and the
+#: best candidate of a round in progress (as the three files above)
+PATH_SELECTION_PER_LAYER = "path_selection_per_layer.json"
+PATH_SELECTION_PER_LAYER_STATE = "path_selection_per_layer.pt"
+PATH_SELECTION_PER_LAYER_CANDIDATE = "path_selection_per_layer_candidate.pt"
 #: ``ella select``: epochs of training on per candidate network
 SELECT_EPOCHS = 20
 #: ``ella export``'s file: the network without the paths its priors switched off
@@ -75,6 +80,9 @@ RUN_OUTPUTS = (
     PATH_SELECTION,
     PATH_SELECTION_STATE,
     PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_STATE,
+    PATH_SELECTION_PER_LAYER_CANDIDATE,
     EXPORTED,
     "*.png",
     "symmetry_*.json",
@@ -91,6 +99,9 @@ __all__ = [
     "PATH_OUTPUTS",
     "PATH_SELECTION",
     "PATH_SELECTION_CANDIDATE",
+    "PATH_SELECTION_PER_LAYER",
+    "PATH_SELECTION_PER_LAYER_CANDIDATE",
+    "PATH_SELECTION_PER_LAYER_STATE",
     "PATH_SELECTION_STATE",
     "RESULTS",
     "SELECT_EPOCHS",

@@ -40,6 +40,7 @@ import dataclasses
 import math
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
@@ -62,6 +63,9 @@ from ella.rundir import (
     PATH_DROPS,
     PATH_SELECTION,
     PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_CANDIDATE,
+    PATH_SELECTION_PER_LAYER_STATE,
     PATH_SELECTION_STATE,
     RESULTS,
     SELECT_EPOCHS,
@@ -82,7 +86,9 @@ __all__ = [
     "format_path_drops",
     "format_answer",
     "format_path_selection",
+    "droppable",
     "kept_their_fit",
+    "layer_groups",
     "load_learned_run",
     "null_model",
     "relaxed_paths",
@@ -103,11 +109,12 @@ def select(
     *,
     epochs: int = SELECT_EPOCHS,
     drop_only: bool = False,
+    per_layer: bool = False,
     data_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
     """Choose the paths of a learned network by the Laplace evidence: a run of
-    ``ella train``, or a model of :func:`ella.fit`.
+    ``ella train``, or a model of :func:`ella.fit`; with ``per_layer``, each layer's own.
 
     ``ella select RUN`` in Python. Greedy backward selection (:func:`select_paths`): each
     round trains on the network and, for each path it still has, the network without it,
@@ -130,6 +137,11 @@ def select(
             ``path_selection.json`` with the selected network's weights in
             ``path_selection.pt``. A later call with the same ``epochs`` resumes from them.
             The selection of a :class:`FitResult` writes nothing.
+        per_layer: the candidates drop one path of one layer (a prior group,
+            ``"layer3.conv"``) instead of a path from every layer, and every layer keeps
+            at least one path (:func:`droppable`); recorded in
+            ``path_selection_per_layer.json`` and ``.pt``. A round trains one network per
+            path of every layer that still has two or more.
         data_dir: the run's data files, if moved since the run.
         progress: a progress bar per candidate.
 
@@ -153,13 +165,19 @@ def select(
             "its loaders, ella.select(result, train_loader, test_loader); or the run "
             "directory of an ella train run"
         )
+    if drop_only and per_layer:
+        raise ConfigError(
+            "--drop-only trains one round of whole-path drops; a per-layer selection "
+            "(--per-layer) has no one-round form: leave out one of the two"
+        )
     if isinstance(run, FitResult):
         return select_fitted(
-            run, train_loader, test_loader, epochs=epochs, drop_only=drop_only, progress=progress
-        )
+            run, train_loader, test_loader, epochs=epochs, drop_only=drop_only,
+            per_layer=per_layer, progress=progress,
+        )  # fmt: skip
     if drop_only:
         return drop_each_path(run, epochs, data_dir, progress)
-    return select_paths(run, epochs, data_dir, progress)
+    return select_paths(run, epochs, data_dir, progress, per_layer=per_layer)
 
 
 def load_learned_run(
@@ -237,6 +255,7 @@ def train_on(
     data_dir: str | Path | None = None,
     progress: bool = False,
     start: dict | None = None,
+    units: list[str] | None = None,
 ) -> tuple[dict, dict]:
     """Train a learned run on for ``epochs`` with the ``dropped`` paths at zero in every
     relaxed layer (held there), under fixed prior precisions.
@@ -252,6 +271,8 @@ def train_on(
         start: ``{"model": state_dict, "log_prior": (n_groups,)}`` to begin from instead of
             the run's reported weights and last log prior precisions (a later round of
             :func:`select_paths`).
+        units: what the row's ``"kept"`` lists, those of them not dropped: the run's paths
+            (default) or its prior groups (:func:`layer_groups`).
 
     Returns:
         ``(row, end)``. ``row``: ``{"kept", "test_accuracy", "test_nll",
@@ -268,7 +289,7 @@ def train_on(
     config = dataclasses.replace(run.config, epochs=epochs, progress=False)
     with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
         trainer = Trainer(config, scratch)
-    kept = [p for p in relaxed_paths(run_dir) if p not in dropped]
+    kept = [u for u in units or relaxed_paths(run_dir) if u not in dropped]
     return train_candidate(
         trainer, dropped, start, kept, lambda: evaluate(trainer.model, trainer.data.test), progress
     )
@@ -280,6 +301,26 @@ def relaxed_group_paths(net: nn.Module) -> dict[str, str]:
     layers = {name for name, module in net.named_modules() if isinstance(module, RelaxedLayer)}
     groups = (g.rpartition(".") for g in PriorStructure(net, "layer_path").names)
     return {f"{layer}.{path}": path for layer, _, path in groups if layer in layers}
+
+
+def layer_groups(net: nn.Module) -> list[str]:
+    """The prior groups of ``net``'s relaxed layers (``"layer3.fc"``), in prior order: what a
+    per-layer selection drops one at a time."""
+    return list(relaxed_group_paths(net))
+
+
+def run_groups(run_dir: str | Path, data_dir: str | Path | None = None) -> list[str]:
+    """:func:`layer_groups` of a run's network."""
+    return layer_groups(load_run(run_dir, data_dir).net)
+
+
+def droppable(kept: list[str], per_layer: bool = False) -> list[str]:
+    """What a round of the greedy selection may drop from ``kept``: any path while two or
+    more are kept; per layer, any group of a layer that keeps two or more."""
+    if not per_layer:
+        return list(kept) if len(kept) > 1 else []
+    layers = Counter(g.rpartition(".")[0] for g in kept)
+    return [g for g in kept if layers[g.rpartition(".")[0]] > 1]
 
 
 def dropped_flags(net: nn.Module, dropped: Collection[str]) -> list[bool]:
@@ -442,6 +483,7 @@ def select_paths(
     epochs: int = SELECT_EPOCHS,
     data_dir: str | Path | None = None,
     progress: bool = True,
+    per_layer: bool = False,
 ) -> dict:
     """Greedy backward selection of a learned mixer's paths by the Laplace evidence
     (``ella select RUN``).
@@ -464,6 +506,10 @@ def select_paths(
     the end, to ``path_selection.pt`` (``{"model", "log_prior", "kept"}``; load it with
     :func:`ella.io.load_torch`). A call with the same ``epochs`` resumes from both.
 
+    With ``per_layer`` the candidates drop one prior group of one relaxed layer
+    (``"layer3.conv"``, :func:`layer_groups`), each layer keeps one path at least
+    (:func:`droppable`), and the files are ``path_selection_per_layer.{json,pt}``.
+
     Returns:
         ``{"epochs", "paths", "null", "rounds": [{"kept", "rows", "winner"}], "kept",
         "finished"}``: ``kept`` the selected paths, each round's rows the control first,
@@ -475,20 +521,23 @@ def select_paths(
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     with run_lock(run_dir):
-        files = _SelectionFiles(run_dir)
-        record = files.earlier_record(epochs, paths)
+        files = _SelectionFiles(run_dir, per_layer)
+        units = run_groups(run_dir, data_dir) if per_layer else paths
+        record = files.earlier_record(epochs, units)
         if "null" not in record:
             record["null"] = null_model(run_dir, data_dir)
 
         def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
-            return train_on(run_dir, dropped, epochs, data_dir, progress, start)
+            return train_on(run_dir, dropped, epochs, data_dir, progress, start, units)
 
-        return greedy_selection(record, paths, train, files)[0]
+        return greedy_selection(record, units, train, files, per_layer)[0]
 
 
-def new_record(epochs: int, paths: list[str]) -> dict:
-    """The record of a selection that has not started."""
-    return {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+def new_record(epochs: int, paths: list[str], per_layer: bool = False) -> dict:
+    """The record of a selection that has not started (``paths``: the prior groups of a
+    per-layer one)."""
+    record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+    return {**record, "per_layer": True} if per_layer else record
 
 
 @dataclasses.dataclass
@@ -497,18 +546,21 @@ class _SelectionFiles:
     an interrupted selection resumes."""
 
     run_dir: Path
+    per_layer: bool = False
 
     @property
     def record(self) -> Path:
-        return self.run_dir / PATH_SELECTION
+        return self.run_dir / (PATH_SELECTION_PER_LAYER if self.per_layer else PATH_SELECTION)
 
     @property
     def winner(self) -> Path:
-        return self.run_dir / PATH_SELECTION_STATE
+        name = PATH_SELECTION_PER_LAYER_STATE if self.per_layer else PATH_SELECTION_STATE
+        return self.run_dir / name
 
     @property
     def candidate(self) -> Path:
-        return self.run_dir / PATH_SELECTION_CANDIDATE
+        name = PATH_SELECTION_PER_LAYER_CANDIDATE if self.per_layer else PATH_SELECTION_CANDIDATE
+        return self.run_dir / name
 
     def earlier_record(self, epochs: int, paths: list[str]) -> dict:
         """The record of an earlier selection with these ``epochs`` and ``paths``, else a
@@ -517,7 +569,7 @@ class _SelectionFiles:
             earlier = read_json(self.record, "earlier path selection")
             if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
                 return earlier
-        return new_record(epochs, paths)
+        return new_record(epochs, paths, self.per_layer)
 
 
 def greedy_selection(
@@ -525,12 +577,13 @@ def greedy_selection(
     paths: list[str],
     train: Callable[[list[str], dict | None], tuple[dict, dict]],
     files: _SelectionFiles | None = None,
+    per_layer: bool = False,
 ) -> tuple[dict, dict | None]:
     """The rounds of :func:`select_paths` from ``record`` (:func:`new_record`, or an earlier
     one to resume) until it is finished; ``train(dropped, start)`` trains one candidate
     (:func:`train_on`'s row and end state). With ``files`` the record, the round's best
     candidate and each winner are saved after every candidate; without, nothing is
-    written.
+    written. With ``per_layer`` the ``paths`` are prior groups (:func:`droppable`).
 
     Returns:
         The finished record and the selected network's ``{"model", "log_prior"}`` (None
@@ -546,7 +599,7 @@ def greedy_selection(
     while not record["finished"]:
         rounds = record["rounds"]
         if not rounds or rounds[-1]["winner"] is not None:
-            if len(record["kept"]) < 2:
+            if not droppable(record["kept"], per_layer):
                 record["finished"] = True
                 break
             rounds.append({"kept": record["kept"], "rows": [], "winner": None})
@@ -562,7 +615,7 @@ def greedy_selection(
             # its row): the round starts again
             this["rows"], best, best_state = [], None, None
         done = {r["dropped"] for r in this["rows"]}
-        for drop in [None, *this["kept"]]:
+        for drop in [None, *droppable(this["kept"], per_layer)]:
             key = drop or CONTROL
             if key in done:
                 continue
@@ -647,6 +700,7 @@ def select_fitted(
     *,
     epochs: int = SELECT_EPOCHS,
     drop_only: bool = False,
+    per_layer: bool = False,
     progress: bool = True,
 ) -> dict:
     """:func:`select` for a model of :func:`ella.fit`: the same candidates, rounds and
@@ -661,6 +715,7 @@ def select_fitted(
         test_loader: the loader it was tested on; without one the rows' test metrics are NaN.
         epochs: epochs of training per candidate, as for :func:`select`.
         drop_only: one round only, as for :func:`select`.
+        per_layer: drop one path of one layer at a time, as for :func:`select`.
         progress: a progress bar per candidate.
 
     Returns:
@@ -668,6 +723,7 @@ def select_fitted(
         record with ``"selected"``.
     """
     paths = check_fitted_selectable(result, train_loader, epochs)
+    units = layer_groups(result.model) if per_layer else paths
     recipe = dataclasses.replace(result.config, epochs=epochs, progress=False)
     first = {
         "model": copy.deepcopy(result.model.state_dict()),
@@ -684,7 +740,7 @@ def select_fitted(
                 return {"accuracy": math.nan, "nll": math.nan}
             return evaluate_loader(net, test_loader, recipe)
 
-        kept = [p for p in paths if p not in dropped]
+        kept = [u for u in units if u not in dropped]
         try:
             return train_candidate(run, dropped, start or first, kept, test, progress)
         finally:
@@ -699,27 +755,46 @@ def select_fitted(
     with torch.random.fork_rng(devices=[]):  # a data set's transform may draw
         example = train_loader.dataset[0][0].unsqueeze(0)
     classes = probe_outputs(result.model, example).shape[-1]  # the model's output width
-    record = {**new_record(epochs, paths), "null": class_frequency_model(labels, classes)}
-    record, selected = greedy_selection(record, paths, train)
+    record = new_record(epochs, units, per_layer)
+    record["null"] = class_frequency_model(labels, classes)
+    record, selected = greedy_selection(record, units, train, per_layer=per_layer)
     return {**record, "selected": selected}
+
+
+def unit_label(unit: str) -> str:
+    """``"CONV"`` for a path, ``"layer3 CONV"`` for a prior group of a per-layer selection."""
+    layer, _, path = unit.rpartition(".")
+    return f"{layer} {path.upper()}" if layer else path.upper()
+
+
+def kept_label(kept: list[str]) -> str:
+    """``CONV+GCONV`` for paths; ``layer1 CONV+GCONV, layer2 GCONV`` for prior groups."""
+    layers: dict[str, list[str]] = {}
+    for unit in kept:
+        layer, _, path = unit.rpartition(".")
+        layers.setdefault(layer, []).append(path.upper())
+    if list(layers) == [""]:
+        return "+".join(layers[""])
+    return ", ".join(f"{layer} {'+'.join(paths)}" for layer, paths in layers.items())
 
 
 def format_path_selection(record: dict) -> str:
     """A table per round of :func:`select_paths`'s record, and the paths it selected."""
     null = record["null"]
+    what = "path of one layer" if record.get("per_layer") else "path"
     lines = [
-        f"path selection: each round drops the path whose removal raises the evidence most, "
+        f"path selection: each round drops the {what} whose removal raises the evidence most, "
         f"the rest trained on for {counted(record['epochs'], 'epoch')} ('collapsed': a "
         f"candidate that kept less than half of the control's training fit over the class "
         f"frequencies, which cannot win)"
     ]
+    width = max([10, *(len(r["dropped"]) + 2 for t in record["rounds"] for r in t["rows"])])
     for number, this in enumerate(record["rounds"], start=1):
         control = this["rows"][0]["log_evidence"]
-        kept = "+".join(p.upper() for p in this["kept"])
-        lines.append(f"round {number} (network {kept}):")
+        lines.append(f"round {number} (network {kept_label(this['kept'])}):")
         columns = path_columns(this["rows"][0]["shares"])
         lines.append(
-            f"  {'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}"
+            f"  {'dropped':<{width}}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}"
             f"  shares {paths_label(columns)} %"
         )
         for r in this["rows"]:
@@ -727,18 +802,18 @@ def format_path_selection(record: dict) -> str:
             lost = r["dropped"] != CONTROL and collapsed(r, this["rows"][0], null)
             mark = "  collapsed" if lost else ""
             lines.append(
-                f"  {r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}"
+                f"  {r['dropped']:<{width}}{100 * r['test_accuracy']:>11.2f}"
                 f"{r['log_evidence']:>15.1f}{r['log_evidence'] - control:>+12.1f}  {shares}"
                 f"{mark}"
             )
         if this["winner"] is not None:
             kept_all = this["winner"] == CONTROL
-            verdict = "keeps every path" if kept_all else f"drops {this['winner'].upper()}"
+            verdict = "keeps every path" if kept_all else f"drops {unit_label(this['winner'])}"
             lines.append(f"  the evidence {verdict}")
     if record["finished"]:
         first, last = record["rounds"][0]["rows"][0], _selected_row(record)
         lines.append(
-            f"selected: {'+'.join(p.upper() for p in record['kept'])}; test accuracy "
+            f"selected: {kept_label(record['kept'])}; test accuracy "
             f"{100 * last['test_accuracy']:.2f}% (the whole network trained on alike: "
             f"{100 * first['test_accuracy']:.2f}%), log evidence {last['log_evidence']:.1f} "
             f"({last['log_evidence'] - first['log_evidence']:+.1f})"
@@ -755,6 +830,12 @@ def format_path_selection(record: dict) -> str:
             )
     return "\n".join(lines)
 
+
+#: how often ``ella select --per-layer``'s answer has agreed with the exhaustive comparison
+#: of every per-layer network (record 0042), said beside every per-layer answer
+PER_LAYER_RELIABILITY = (
+    "its agreement with the exhaustive comparison of every per-layer network is not measured yet"
+)
 
 #: what the effective-parameter table reads, said beside every answer
 SHARES_NOTE = (
@@ -792,17 +873,18 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
         paths = check_selectable(run_dir, SELECT_EPOCHS)
     except EllaError:
         return None
+    per_layer = _per_layer_line(run_dir, results, len(paths))
     path = Path(run_dir) / PATH_SELECTION
     record = read_json(path, "path selection") if path.is_file() else None
     if record is not None and record.get("finished"):
-        return f"{_answer(record)}\n{SHARES_NOTE}"
+        return f"{_answer(record)}\n{per_layer}\n{SHARES_NOTE}"
     if record is not None and record.get("rounds"):
         epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
         line = (
             f"which paths the data need: a selection stopped in round {len(record['rounds'])};"
             f" ella select {run_dir}{epochs} resumes it"
         )
-        return f"{line}\n{SHARES_NOTE}"
+        return f"{line}\n{per_layer}\n{SHARES_NOTE}"
     rounds = selection_rounds(len(paths))
     cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
     pace = _seconds_per_epoch(results)
@@ -815,7 +897,35 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
         f"which paths the data need: not asked yet; ella select {run_dir} asks the evidence, "
         f"training the network with and without each path: {cost}"
     )
-    return f"{line}\n{SHARES_NOTE}"
+    return f"{line}\n{per_layer}\n{SHARES_NOTE}"
+
+
+def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
+    """The report's line for ``ella select --per-layer``: its answer with
+    :data:`PER_LAYER_RELIABILITY`, that a selection stopped, or what its first round costs."""
+    path = Path(run_dir) / PATH_SELECTION_PER_LAYER
+    record = read_json(path, "per-layer path selection") if path.is_file() else None
+    if record is not None and record.get("finished"):
+        return f"{_answer(record)}; {PER_LAYER_RELIABILITY}"
+    if record is not None and record.get("rounds"):
+        epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
+        return (
+            f"which paths each layer needs: a per-layer selection stopped in round "
+            f"{len(record['rounds'])}; ella select {run_dir} --per-layer{epochs} resumes it"
+        )
+    layers = len(results.get("effective_parameters", []))
+    if layers:
+        networks = 1 + n_paths * layers
+        cost = f"{counted(networks, 'network')} of {SELECT_EPOCHS} epochs in its first round"
+        pace = _seconds_per_epoch(results)
+        if pace is not None:
+            cost += f", about {SELECT_EPOCHS * pace * networks / 60:.0f} min at this run's pace"
+    else:  # results without the layers' rows
+        cost = f"a network of {SELECT_EPOCHS} epochs per path of each layer in its first round"
+    return (
+        f"which paths each layer needs: not asked yet; ella select {run_dir} --per-layer drops "
+        f"one path of one layer at a time: {cost}; {PER_LAYER_RELIABILITY}"
+    )
 
 
 def _seconds_per_epoch(results: dict) -> float | None:
@@ -828,14 +938,14 @@ def _seconds_per_epoch(results: dict) -> float | None:
 def _answer(record: dict) -> str:
     """One line of a finished selection: the paths kept, what each drop gained, and the
     selected network's test accuracy against the whole network trained on alike."""
-    kept = "+".join(p.upper() for p in record["kept"])
+    kept = kept_label(record["kept"])
     drops = []
     for this in record["rounds"]:
         control = this["rows"][0]
         if this["winner"] != CONTROL:
             row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
             gain = row["log_evidence"] - control["log_evidence"]
-            drops.append(f"{this['winner'].upper()} ({gain:+.0f} nats)")
+            drops.append(f"{unit_label(this['winner'])} ({gain:+.0f} nats)")
     how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
     last = record["rounds"][-1]
     if last["winner"] == CONTROL:
@@ -844,10 +954,13 @@ def _answer(record: dict) -> str:
             best = max(rivals, key=lambda r: r["log_evidence"])
             cost = last["rows"][0]["log_evidence"] - best["log_evidence"]
             too = " too" if drops else ""
-            how += f"; dropping {best['dropped'].upper()}{too} would cost {cost:.0f} nats"
+            how += f"; dropping {unit_label(best['dropped'])}{too} would cost {cost:.0f} nats"
     first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
+    which, command = "the data need", "ella select"
+    if record.get("per_layer"):
+        which, command = "each layer needs", "ella select --per-layer"
     line = (
-        f"which paths the data need, by the evidence (ella select, {record['epochs']} epochs "
+        f"which paths {which}, by the evidence ({command}, {record['epochs']} epochs "
         f"per network): {kept}; {how}; test accuracy {100 * selected['test_accuracy']:.2f}% "
         f"(the whole network trained on alike: {100 * first['test_accuracy']:.2f}%)"
     )

@@ -1,6 +1,7 @@
 """ella.selection (``ella select``): the candidates, their files, resuming and the tables,
 with fake candidates; the runs that train are in tests/test_select_runs.py."""
 
+import itertools
 import json
 
 import pytest
@@ -123,12 +124,12 @@ def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelih
     returns the weight it ends with, a number unique to the call; the training log
     likelihood is ``likelihood[dropped]``, else -10."""
 
-    def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None):
+    def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None):
         if interrupt_at is not None and len(calls) == interrupt_at:
             raise KeyboardInterrupt
         weight = None if start is None else float(start["model"]["w"])
         calls.append((tuple(sorted(dropped)), weight))
-        kept = [p for p in selection.relaxed_paths(run_dir) if p not in dropped]
+        kept = [p for p in units or selection.relaxed_paths(run_dir) if p not in dropped]
         row = {
             "kept": kept,
             "test_accuracy": 0.5,
@@ -354,6 +355,9 @@ def test_answer_of_a_finished_selection_names_the_paths_and_each_drops_gain(tmp_
         "which paths the data need, by the evidence (ella select, 3 epochs per network): "
         "GCONV; dropped FC (+10 nats), then CONV (+10 nats); test accuracy 50.00% (the whole "
         "network trained on alike: 50.00%)",
+        f"which paths each layer needs: not asked yet; ella select {run} --per-layer drops "
+        "one path of one layer at a time: a network of 20 epochs per path of each layer in its "
+        f"first round; {selection.PER_LAYER_RELIABILITY}",
         selection.SHARES_NOTE,
     ]
 
@@ -402,6 +406,16 @@ def test_answer_before_a_selection_is_its_cost_at_the_runs_pace(tmp_path, monkey
         .endswith("3 networks of 20 epochs in its first round")
     )  # no pace in the results: no time
     assert selection.selection_rounds(4) == [5, 4, 3] and selection.selection_rounds(2) == [3]
+    layers = {**results, "effective_parameters": [{}] * 8}  # 8 layers of 3 paths
+    assert (
+        selection.format_answer(run, layers)
+        .splitlines()[1]
+        .startswith(
+            f"which paths each layer needs: not asked yet; ella select {run} --per-layer drops "
+            "one path of one layer at a time: 25 networks of 20 epochs in its first round, about "
+            "25 min at this run's pace; "
+        )
+    )
     monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=2))
     with pytest.raises(KeyboardInterrupt):
         selection.select_paths(run, 3)
@@ -423,3 +437,50 @@ def test_select_command_runs_in_one_process(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["select", str(run)]) == 1
     assert "runs in one process: run it without torchrun" in capsys.readouterr().err
+
+
+#: the log evidence of a per-layer candidate: the run's, plus each dropped group's gain
+LAYER_GAINS = {"layer1.conv": 10.0, "layer1.gconv": -20.0, "layer2.conv": -30.0,
+               "layer2.gconv": 5.0}  # fmt: skip
+
+
+def test_droppable_keeps_a_path_in_every_layer():
+    assert selection.droppable(["fc", "conv"]) == ["fc", "conv"]
+    assert selection.droppable(["gconv"]) == []
+    kept = ["layer1.gconv", "layer2.conv", "layer2.gconv"]
+    assert selection.droppable(kept, per_layer=True) == ["layer2.conv", "layer2.gconv"]
+    assert selection.droppable(["layer1.gconv", "layer2.conv"], per_layer=True) == []
+
+
+def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkeypatch, capsys):
+    run = write_config(tmp_path / "run", paths=["conv", "gconv"])
+    groups = list(LAYER_GAINS)
+    monkeypatch.setattr(selection, "run_groups", lambda run_dir, data_dir=None: groups)
+    evidence = {
+        tuple(sorted(d)): -100.0 + sum(LAYER_GAINS[g] for g in d)
+        for n in range(len(groups) + 1) for d in itertools.combinations(groups, n)
+    }  # fmt: skip
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, evidence=evidence))
+    record = selection.select(run, epochs=3, per_layer=True)
+    # round 1: the control and all four groups; layer1.conv wins; round 2: layer 1 keeps
+    # its one path, so only layer 2's two are tried; layer2.gconv wins; nothing is left
+    assert [c[0] for c in calls] == [
+        (), ("layer1.conv",), ("layer1.gconv",), ("layer2.conv",), ("layer2.gconv",),
+        ("layer1.conv",), ("layer1.conv", "layer2.conv"), ("layer1.conv", "layer2.gconv"),
+    ]  # fmt: skip
+    assert [r["winner"] for r in record["rounds"]] == ["layer1.conv", "layer2.gconv"]
+    assert record["kept"] == ["layer1.gconv", "layer2.conv"] and record["per_layer"]
+    assert (run / "path_selection_per_layer.json").is_file()
+    assert (run / "path_selection_per_layer.pt").is_file()
+    assert not (run / PATH_SELECTION_STATE).exists()  # the whole-path selection's files
+    text = selection.format_path_selection(record)
+    assert "the evidence drops layer1 CONV" in text
+    assert "selected: layer1 GCONV, layer2 CONV; test accuracy" in text
+    answer = selection._answer(record)
+    assert answer.startswith(
+        "which paths each layer needs, by the evidence (ella select --per-layer, 3 epochs per "
+        "network): layer1 GCONV, layer2 CONV"
+    )
+    with pytest.raises(ConfigError, match="leave out one of the two"):
+        selection.select(run, epochs=3, per_layer=True, drop_only=True)

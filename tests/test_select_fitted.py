@@ -57,6 +57,28 @@ def test_the_greedy_selection_of_a_fitted_model_returns_the_selected_network():
     print(selection.format_path_selection(record))  # the table prints
 
 
+def test_the_per_layer_selection_keeps_a_path_in_every_layer_and_zeroes_what_it_drops():
+    train, test = loaders()
+    result = ella.fit(user_model(), train, test, **SCHEDULE)
+    record = ella.select(result, train, test, epochs=1, per_layer=True, progress=False)
+    groups = record["paths"]
+    assert record["per_layer"] and record["finished"]
+    assert groups == selection.layer_groups(result.model)
+    assert [r["dropped"] for r in record["rounds"][0]["rows"]] == ["none", *groups]
+    layers = {g.rpartition(".")[0] for g in groups}
+    assert {g.rpartition(".")[0] for g in record["kept"]} == layers  # a path in each layer
+    for this in record["rounds"][1:]:  # a later round tries only layers with two paths left
+        tried = [r["dropped"] for r in this["rows"][1:]]
+        assert tried == selection.droppable(this["kept"], per_layer=True)
+    model = user_model()
+    model.load_state_dict(record["selected"]["model"])
+    dropped = {g for g in groups if g not in record["kept"]}
+    for name, tensor in model.named_parameters():  # layer1.paths.fc.pixel_maps.weight
+        parts = name.split(".")
+        if parts[1:2] == ["paths"] and f"{parts[0]}.{parts[2]}" in dropped:
+            assert not tensor.any(), name
+
+
 def test_what_cannot_be_selected_is_refused_before_any_work():
     train, test = loaders()
     result = ella.fit(user_model(), train, **{**SCHEDULE, "epochs": 1})

@@ -12,7 +12,13 @@ from ella.cli.common import reports_errors
 from ella.cli.train import print_answer
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.groups import get_group
-from ella.rundir import PATH_OUTPUTS, PATH_SELECTION, RESULTS, read_json
+from ella.rundir import (
+    PATH_OUTPUTS,
+    PATH_SELECTION,
+    PATH_SELECTION_PER_LAYER,
+    RESULTS,
+    read_json,
+)
 
 if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
     from ella.train.runs import TrainedRun
@@ -73,12 +79,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
-    if (run_dir / PATH_SELECTION).is_file():  # the last ella select, shown again
-        from ella.selection import format_path_selection
+    for name in (PATH_SELECTION, PATH_SELECTION_PER_LAYER):  # the last ella select, again
+        if (run_dir / name).is_file():
+            from ella.selection import format_path_selection
 
-        record = read_json(run_dir / PATH_SELECTION, "path selection")
-        if record.get("finished"):
-            print(f"\n{format_path_selection(record)}")
+            record = read_json(run_dir / name, "path selection")
+            if record.get("finished"):
+                print(f"\n{format_path_selection(record)}")
     return 0
 
 

@@ -17,12 +17,16 @@ def cmd_select(args: argparse.Namespace) -> int:
     """Choose the paths of a finished learned run by the Laplace evidence."""
     if distributed.launched():
         raise ConfigError("ella select runs in one process: run it without torchrun")
-    print_selection(Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress)
+    print_selection(
+        Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress,
+        per_layer=args.per_layer,
+    )  # fmt: skip
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """``ella select RUN_DIR [--drop-only] [--epochs N] [--data-dir DIR] [--no-progress]``."""
+    """``ella select RUN_DIR [--drop-only | --per-layer] [--epochs N] [--data-dir DIR]
+    [--no-progress]``."""
     select = sub.add_parser(
         "select",
         help="choose the paths a learned run's network needs by the evidence (trains candidates)",
@@ -43,6 +47,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="one round only: the whole network and the network without each path, trained "
         "on alike, and which paths the evidence would drop; writes path_drops.json",
+    )
+    select.add_argument(
+        "--per-layer",
+        action="store_true",
+        help="drop one path of one layer at a time (every layer keeps one path at least), "
+        "greedily as by default: each round trains one network per path of every layer "
+        "that still has two or more; writes path_selection_per_layer.json and .pt",
     )
     select.add_argument(
         "--epochs",

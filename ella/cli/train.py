@@ -12,7 +12,13 @@ from ella.cli.common import (
     run_claimed,
 )
 from ella.errors import ConfigError
-from ella.rundir import PATH_DROPS, PATH_SELECTION, PATH_SELECTION_STATE
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_STATE,
+    PATH_SELECTION_STATE,
+)
 from ella.train.config import HELP, TrainConfig
 
 
@@ -50,21 +56,30 @@ def print_answer(run_dir: Path, results: dict, blank_after: bool = True) -> None
 
 
 def print_selection(
-    run_dir: Path, epochs: int, drop_only: bool, data_dir, progress: bool = True
+    run_dir: Path,
+    epochs: int,
+    drop_only: bool,
+    data_dir,
+    progress: bool = True,
+    per_layer: bool = False,
 ) -> None:
     """Select a learned run's paths (:func:`ella.selection.select`), print them and the
     files written."""
     from ella.selection import format_path_drops, format_path_selection, select
 
     record = select(
-        run_dir, epochs=epochs, drop_only=drop_only, data_dir=data_dir, progress=progress
-    )
+        run_dir, epochs=epochs, drop_only=drop_only, per_layer=per_layer, data_dir=data_dir,
+        progress=progress,
+    )  # fmt: skip
     if drop_only:
         print(format_path_drops(record))
         print(f"written: {run_dir / PATH_DROPS}")
-    else:
-        print(format_path_selection(record))
-        print(f"written: {run_dir / PATH_SELECTION}, {run_dir / PATH_SELECTION_STATE}")
+        return
+    print(format_path_selection(record))
+    files = (PATH_SELECTION_PER_LAYER, PATH_SELECTION_PER_LAYER_STATE) if per_layer else (
+        PATH_SELECTION, PATH_SELECTION_STATE
+    )  # fmt: skip
+    print(f"written: {', '.join(str(run_dir / f) for f in files)}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
