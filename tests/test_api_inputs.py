@@ -4,6 +4,8 @@ before anything is trained: ``ella.fit``'s first batch, ``n_data`` wherever it e
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -178,6 +180,23 @@ BAD_LOADERS = [
      lambda: (tiny_model(), DataLoader(Stream(), batch_size=4), None,
               {"marglik_subset_size": None}), ConfigError,
      ["(Stream) has no len()", "n_data", "give the data set a __len__"]),
+    ("a model that is not a module", lambda: (lambda x: x, loader(labels()), None, {}),
+     ConfigError, ["model must be a torch.nn.Module", "got function"]),
+    ("an empty test set",
+     lambda: (tiny_model(), loader(labels()),
+              DataLoader(TensorDataset(inputs()[:0], labels()[:0])), {}), ConfigError,
+     ["test_loader's data set is empty", "test_loader=None"]),
+    ("NaN in the test inputs held in memory",
+     lambda: (tiny_model(), loader(labels()),
+              DataLoader(TensorDataset(inputs().index_fill(0, torch.tensor([5]), math.nan),
+                                       labels())), {}),
+     InputDataError, ["test_loader's data set holds NaN or infinite inputs",
+                      "the first at example 5"]),
+    ("NaN in the test inputs of a later batch",
+     lambda: (tiny_model(), loader(labels()),
+              DataLoader(Items(lambda i: (inputs()[i] * (math.inf if i == 6 else 1),
+                                          labels()[i])), batch_size=4), {}),
+     InputDataError, ["test_loader's batch 2 holds NaN or infinite inputs", "the data"]),
     ("lr_hyp under the closed-form update", lambda: (tiny_model(), loader(labels()), None,
                                                      {"lr_hyp": 0.05}), ConfigError,
      ["--lr-hyp 0.05 sets the Adam steps", "add --prior-update adam"]),

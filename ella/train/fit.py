@@ -160,9 +160,13 @@ def evaluate_loader(
     naming its batch (:func:`checked_labels`)."""
     if world.distributed and isinstance(loader, DataLoader):
         loader = _test_shard(loader, world)
+
+    def name(i: int) -> str:
+        return f"test_loader's batch {i + 1}"
+
     return evaluate_batches(
         model,
-        checked_labels(loader, classes, lambda i: f"test_loader's batch {i + 1}"),
+        checked_labels(checked_inputs(loader, name), classes, name),
         lambda outputs, y: data_loss(outputs, y, config.likelihood, config.sigma_noise) * len(y),
         classification=config.likelihood == Likelihood.CLASSIFICATION,
         world=world,
@@ -196,6 +200,44 @@ def _n_examples(loader: Iterable) -> int:
     if n == 0:
         raise ConfigError("the training data set is empty")
     return n
+
+
+def _check_test_loader(loader: Iterable | None) -> None:
+    """Refuse, before any training, a test loader whose data set is empty, or whose inputs
+    held in memory (a ``TensorDataset``) are not finite (:func:`checked_inputs` checks the
+    batches of other data sets as they are evaluated)."""
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None and hasattr(dataset, "__len__") and len(dataset) == 0:
+        raise ConfigError(
+            "test_loader's data set is empty: give it test examples, or test_loader=None to "
+            "train without a test set"
+        )
+    if isinstance(dataset, TensorDataset):
+        x = dataset.tensors[0]
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            first = int((~torch.isfinite(x)).flatten(1).any(1).nonzero()[0])
+            raise InputDataError(
+                f"test_loader's data set holds NaN or infinite inputs (the first at example "
+                f"{first}): clean or drop those examples"
+            )
+
+
+def checked_inputs(batches: Iterable, what: Callable[[int], str]) -> Iterator:
+    """``batches`` of ``(x, y)``, each one's inputs checked to be finite where they are a
+    floating tensor in host memory; ``what(i)`` names batch ``i`` in the refusal."""
+    for i, batch in enumerate(batches):
+        x = batch[0] if isinstance(batch, (tuple, list)) and batch else None
+        if (
+            isinstance(x, torch.Tensor)
+            and x.device.type == "cpu"
+            and x.is_floating_point()
+            and not bool(torch.isfinite(x).all())
+        ):
+            raise InputDataError(
+                f"{what(i)} holds NaN or infinite inputs: the data, not the training, are not "
+                "finite; clean or drop those examples"
+            )
+        yield batch
 
 
 def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
@@ -553,6 +595,11 @@ def fit(
         TrainingDivergedError: the loss or the evidence stopped being finite (the
             last epoch's checkpoint is kept).
     """
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"model must be a torch.nn.Module (a network of ella's relaxed layers and/or "
+            f"nn.Linear/nn.Conv2d), got {type(model).__name__}"
+        )
     if config is None:
         config = FitConfig(**options)
         config.check_given(options)
@@ -563,6 +610,7 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True needs out=<run directory>")
     n_data = _n_examples(train_loader)
+    _check_test_loader(test_loader)
     _check_rounds(train_loader, n_data, config)
     priors = PriorLearner.from_config(
         model, n_data, config, likelihood=config.likelihood.value, sigma_noise=config.sigma_noise
