@@ -205,3 +205,34 @@ def test_the_docs_build_uses_the_environment_the_setup_builds():
     setup = (ROOT / "tools" / "setup_env.sh").read_text()
     assert "venv=${ELLA_VENV:-.venv}" in docs and "venv=${ELLA_VENV:-.venv}" in setup
     assert ".venv/bin" not in docs
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("j", "'j'"),  # a line cut in the middle
+        ("numpy==2.", "'numpy==2.'"),
+        ("\x00\x9f\xffgarbage", "'???garbage'"),
+        ("numpy>=2.0", "'numpy>=2.0'"),
+    ],
+)
+def test_setup_refuses_a_bad_lock_line_by_number_before_installing(tmp_path, line, shown):
+    """A garbled constraints.txt is refused with its file and line, exit 1, before the
+    environment is created or its stamp written."""
+    (tmp_path / "tools").mkdir()
+    shutil.copy(ROOT / "tools" / "setup_env.sh", tmp_path / "tools" / "setup_env.sh")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    lock = (ROOT / "constraints.txt").read_bytes().split(b"\n")
+    lock.insert(3, line.encode("latin-1"))
+    (tmp_path / "constraints.txt").write_bytes(b"\n".join(lock))
+    venv = tmp_path / "venv"
+    done = subprocess.run(
+        ["bash", str(tmp_path / "tools" / "setup_env.sh")],
+        env={"ELLA_VENV": str(venv), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    assert done.returncode == 1
+    assert f"constraints.txt line 4 is not name==version: {shown}" in done.stderr
+    assert not venv.exists()

@@ -22,6 +22,17 @@ want=$( (cat pyproject.toml tools/setup_env.sh constraints.txt; echo "unlocked=$
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/ella" ]; then
   exit 0
 fi
+# the lock must be one name==version per line (comments and blank lines aside) before
+# anything is installed: a cut, edited or garbled line is named with its number
+bad=$(LC_ALL=C grep -a -n -v -E \
+  '^(#.*|[[:space:]]*|[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9]([A-Za-z0-9.+!_-]*[A-Za-z0-9])?)$' \
+  constraints.txt | head -n 1 | cut -c1-80 | LC_ALL=C tr -c '[:print:]\n' '?' || true)
+if [ -n "$bad" ]; then
+  echo "[setup] constraints.txt line ${bad%%:*} is not name==version: '${bad#*:}'; restore the" \
+    "lock (git checkout constraints.txt) or move it with tools/lock.sh" >&2
+  exit 1
+fi
+rm -f "$stamp"  # written again only after a whole install
 echo "[setup] creating $venv (takes a minute or two the first time)" >&2
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 py="$venv/bin/python"
@@ -80,7 +91,9 @@ PY
 )
   quiet_pip --upgrade "${theirs[@]}" "${rest[@]}"
 else
-  quiet_pip --no-deps -r <(grep -v -E '^(#|$|torch==)' constraints.txt)
+  quiet_pip --no-deps -r <(grep -v -E '^(#|$|torch==)' constraints.txt) \
+    || { echo "[setup] pip could not install the lock, constraints.txt (its message above;" \
+           "/dev/fd's line numbers skip constraints.txt's comments and torch)" >&2; exit 1; }
 fi
 quiet_pip --no-deps -e .
 "$py" - <<'PY'
