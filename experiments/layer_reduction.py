@@ -81,6 +81,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
+from benchmarks.common import write_between
 from ella import PriorLearner
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.laplace_internals import hessian_scale, kron_factors
@@ -642,11 +643,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def phase_summarise(args, budget: Budget) -> None:
-    from experiments.layer_reduction_summary import summarise
+    from experiments.layer_reduction_summary import BEGIN, END, GUIDE, reliability_table, summarise
 
     payload, markdown = summarise(all_rows(args.results_dir), budget, args)
     write_results(NAME, payload, markdown, args.results_dir)
     print(markdown)
+    if not args.dry and args.results_dir == EXPERIMENT_RESULTS:
+        changed = write_between(GUIDE, BEGIN, END, reliability_table(payload))
+        print(f"{'wrote' if changed else 'unchanged:'} {GUIDE}")
 
 
 __all__ = ["main", "reduction", "condition", "iterative_reduction", "layer_kron_ggn"]

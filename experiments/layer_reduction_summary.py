@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 
 from scipy.stats import spearmanr
 
@@ -90,8 +91,9 @@ def summarise(rows: dict[str, dict], budget: Budget, args) -> tuple[dict, str]:
         for name, estimator, how in METHODS:
             if estimator is not None and reduce is not None:
                 answers[name] = reduce[estimator][how]
-                scores[name] = reduce[estimator]["log_bf"]
                 costs[name] = reduce[estimator]["seconds"]
+                if how == "one_shot":  # the iterative answer has the same scores
+                    scores[name] = reduce[estimator]["log_bf"]
             elif how == "greedy_scratch":
                 answers[name] = greedy_from_table(evidence)
                 costs[name] = sum(
@@ -125,8 +127,29 @@ def summarise(rows: dict[str, dict], budget: Budget, args) -> tuple[dict, str]:
             "seconds": costs,
         }
     payload = {"settings": per_setting, "complete": [f"{d}/seed{s}" for d, s in complete],
+               "seed_variation": seed_variation(per_setting, seeds),
                "claims": claims(per_setting, seeds)}  # fmt: skip
     return payload, markdown(payload, rows, nets, budget, seeds)
+
+
+def seed_variation(per_setting: dict, seeds: Sequence[int]) -> dict[str, dict]:
+    """The reference's own noise per data set: the layers in which its winners at two seeds
+    agree, and the mean over the 27 architectures of ``|evidence(seed a) - evidence(seed
+    b)|`` beside the winners' margins over the runner-up."""
+    out = {}
+    for d in DATASETS:
+        rows = [per_setting.get(f"{d}/seed{s}") for s in seeds]
+        if len(rows) < 2 or None in rows:
+            continue
+        a, b = rows[:2]
+        out[d] = {
+            "winners_agree": agree(a["winner"], b["winner"]),
+            "mean_abs_seed_difference": statistics.fmean(
+                abs(a["evidence"][t] - b["evidence"][t]) for t in a["evidence"]
+            ),
+            "margins": [a["margin"], b["margin"]],
+        }
+    return out
 
 
 def follows(per_setting: dict, seeds: Sequence[int]) -> dict[int, dict] | None:
@@ -211,6 +234,11 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
                               f"CONV dropped {v['mnist']['conv_dropped']} -> "
                               f"{v['rotated_mnist']['conv_dropped']})"
                               for s, v in verdict.items()) + "."]  # fmt: skip
+    for d, v in payload["seed_variation"].items():
+        lines += ["", f"Seed to seed on {d}: the winners agree in {v['winners_agree']} of 3 "
+                  f"layers; an architecture's evidence moves by {v['mean_abs_seed_difference']:.0f}"
+                  f" nats on average between the seeds, the winners lead by "
+                  f"{v['margins'][0]:.0f} and {v['margins'][1]:.0f}."]  # fmt: skip
     lines += [
         "",
         "## The candidates against it",
@@ -221,7 +249,7 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
         "| candidate | " + " | ".join(names) + " | exact | Spearman (mean) | seconds |",
         "|---|" + "---|" * len(names) + "---:|---:|---:|",
     ]
-    for name, _, _ in [m for m in _methods()]:
+    for name, _, _ in METHODS:
         cells, exact, rho, secs = [], 0, [], []
         for n in names:
             row = settings[n]
@@ -253,7 +281,7 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
         + " |",  # fmt: skip
         "|---|" + "---:|" * (len(seeds) * N_LAYERS),
     ]
-    for name in ["exhaustive", *[m[0] for m in _methods() if m[1] is not None],
+    for name in ["exhaustive", *[m[0] for m in METHODS if m[2] == "one_shot"],
                  "ella's KFAC evidence over the 27"]:  # fmt: skip
         cells = []
         for s in seeds:
@@ -267,8 +295,52 @@ def markdown(payload: dict, rows: dict, nets: dict, budget: Budget, seeds) -> st
     return "\n".join(lines) + "\n"
 
 
-def _methods():
-    return METHODS
+#: the guide's per-layer reliability table, written by ``--phase summarise``
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide" / "symmetry.md"
+BEGIN = (
+    "<!-- per-layer:begin (written by python -m experiments.layer_reduction --phase "
+    "summarise; do not edit) -->"
+)
+END = "<!-- per-layer:end -->"
+#: the guide's columns: (heading, method name in the results)
+GUIDE_METHODS = [
+    ("drop and retrain from the trained weights (`ella select --per-layer`)",
+     "greedy drop-and-retrain, from the trained weights"),
+    ("reduction, dense GGN", "dense, one-shot"),
+    ("reduction, Kronecker with the blocks between paths", "layer_kron, one-shot"),
+    ("reduction, per-tensor KFAC", "per_tensor, one-shot"),
+]  # fmt: skip
 
 
-__all__ = ["summarise", "greedy_from_table"]
+def reliability_table(payload: dict) -> str:
+    """The guide's table: per (data set, seed), the exhaustive comparison's per-layer answer
+    and each method's, with the layers (of 3) in which it agrees."""
+    settings = payload["settings"]
+    lines = [
+        "| data, seed | exhaustive answer (layers 1-2-3) | "
+        + " | ".join(h for h, _ in GUIDE_METHODS) + " |",
+        "|---|---|" + "---|" * len(GUIDE_METHODS),
+    ]  # fmt: skip
+    exact = dict.fromkeys(GUIDE_METHODS, 0)
+    for name, row in settings.items():
+        dataset, seed = name.split("/")
+        cells = []
+        for method in GUIDE_METHODS:
+            answer = row["answers"].get(method[1])
+            if answer is None:
+                cells.append("not run")
+                continue
+            exact[method] += answer == row["winner"]
+            cells.append(f"{LABELS[answer]} ({row['layers_agree'][method[1]]} of 3)")
+        lines.append(
+            f"| {dataset.replace('_', ' ')}, {seed.removeprefix('seed')} | "
+            f"{LABELS[row['winner']]} | " + " | ".join(cells) + " |"
+        )
+    lines.append(
+        "| exact matches | | "
+        + " | ".join(f"{exact[m]} of {len(settings)}" for m in GUIDE_METHODS) + " |"
+    )  # fmt: skip
+    return "\n".join(lines)
+
+
+__all__ = ["BEGIN", "END", "GUIDE", "greedy_from_table", "reliability_table", "summarise"]
