@@ -112,6 +112,7 @@ def select(
     per_layer: bool = False,
     data_dir: str | Path | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict:
     """Choose the paths of a learned network by the Laplace evidence: a run of
     ``ella train``, or a model of :func:`ella.fit`; with ``per_layer``, each layer's own.
@@ -142,6 +143,8 @@ def select(
             at least one path (:func:`droppable`); recorded in
             ``path_selection_per_layer.json`` and ``.pt``. A round trains one network per
             path of every layer that still has two or more.
+        overwrite: replace a record of other ``epochs`` in the run directory, which is
+            refused otherwise (a record of the same ``epochs`` is resumed).
         data_dir: the run's data files, if moved since the run.
         progress: a progress bar per candidate.
 
@@ -176,8 +179,8 @@ def select(
             per_layer=per_layer, progress=progress,
         )  # fmt: skip
     if drop_only:
-        return drop_each_path(run, epochs, data_dir, progress)
-    return select_paths(run, epochs, data_dir, progress, per_layer=per_layer)
+        return drop_each_path(run, epochs, data_dir, progress, overwrite)
+    return select_paths(run, epochs, data_dir, progress, per_layer=per_layer, overwrite=overwrite)
 
 
 def load_learned_run(
@@ -411,6 +414,7 @@ def drop_each_path(
     epochs: int = SELECT_EPOCHS,
     data_dir: str | Path | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict:
     """:func:`train_on_without` for the control and for each path of a learned mixer
     (``ella select RUN --drop-only``).
@@ -440,6 +444,12 @@ def drop_each_path(
             earlier = read_json(path, "earlier path drops")
             if earlier.get("epochs") == epochs:
                 done.update({row["dropped"]: row for row in earlier.get("rows", [])})
+            elif earlier.get("rows") and not overwrite:
+                raise RunDirectoryError(
+                    f"{path} holds the drops of {earlier.get('epochs')} epochs per network: "
+                    f"ella select {run_dir} --drop-only --epochs {earlier.get('epochs')} shows "
+                    f"or resumes them; add --overwrite to replace them by drops of {epochs}"
+                )
         rows = []
         for drop in [None, *paths]:
             key = drop or CONTROL
@@ -484,6 +494,7 @@ def select_paths(
     data_dir: str | Path | None = None,
     progress: bool = True,
     per_layer: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Greedy backward selection of a learned mixer's paths by the Laplace evidence
     (``ella select RUN``).
@@ -508,7 +519,8 @@ def select_paths(
 
     With ``per_layer`` the candidates drop one prior group of one relaxed layer
     (``"layer3.conv"``, :func:`layer_groups`), each layer keeps one path at least
-    (:func:`droppable`), and the files are ``path_selection_per_layer.{json,pt}``.
+    (:func:`droppable`), and the files are ``path_selection_per_layer.{json,pt}``. A
+    selection of other ``epochs`` in them is refused unless ``overwrite``.
 
     Returns:
         ``{"epochs", "paths", "null", "rounds": [{"kept", "rows", "winner"}], "kept",
@@ -523,7 +535,7 @@ def select_paths(
     with run_lock(run_dir):
         files = _SelectionFiles(run_dir, per_layer)
         units = run_groups(run_dir, data_dir) if per_layer else paths
-        record = files.earlier_record(epochs, units)
+        record = files.earlier_record(epochs, units, overwrite)
         if "null" not in record:
             record["null"] = null_model(run_dir, data_dir)
 
@@ -562,13 +574,26 @@ class _SelectionFiles:
         name = PATH_SELECTION_PER_LAYER_CANDIDATE if self.per_layer else PATH_SELECTION_CANDIDATE
         return self.run_dir / name
 
-    def earlier_record(self, epochs: int, paths: list[str]) -> dict:
+    def earlier_record(self, epochs: int, paths: list[str], overwrite: bool = False) -> dict:
         """The record of an earlier selection with these ``epochs`` and ``paths``, else a
-        new one."""
+        new one; an earlier selection of other ``epochs`` is refused (it is not replaced
+        unasked) unless ``overwrite``, which removes its files."""
         if self.record.is_file():
             earlier = read_json(self.record, "earlier path selection")
             if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
                 return earlier
+            if earlier.get("rounds") and not overwrite:
+                rounds = earlier["rounds"]
+                state = "finished" if earlier.get("finished") else f"stopped in round {len(rounds)}"
+                flag = " --per-layer" if self.per_layer else ""
+                raise RunDirectoryError(
+                    f"{self.record} holds a selection of {earlier.get('epochs')} epochs per "
+                    f"network ({state}): ella select {self.run_dir}{flag} --epochs "
+                    f"{earlier.get('epochs')} shows or resumes it; add --overwrite to replace "
+                    f"it by one of {epochs}"
+                )
+            for path in (self.winner, self.candidate):
+                path.unlink(missing_ok=True)
         return new_record(epochs, paths, self.per_layer)
 
 

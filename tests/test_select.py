@@ -81,7 +81,7 @@ def test_drop_each_path_saves_every_candidate_and_resumes(tmp_path, monkeypatch)
     result = selection.drop_each_path(run, 3)  # only gconv is trained again
     assert calls == [None, "conv", "gconv", "gconv"]
     assert [r["dropped"] for r in result["rows"]] == ["none", "conv", "gconv"]
-    selection.drop_each_path(run, 4)  # other epochs: nothing reused
+    selection.drop_each_path(run, 4, overwrite=True)  # other epochs: nothing reused
     assert calls[4:] == [None, "conv", "gconv"]
     text = selection.format_path_drops(result)
     assert "the evidence would drop: CONV (most: CONV, +10 nats)" in text
@@ -190,7 +190,7 @@ def test_drop_each_path_reuses_the_first_round_of_a_selection(tmp_path, monkeypa
             trained.append(drop) or {"dropped": drop or "none", "log_evidence": -1.0}
         ),
     )
-    selection.drop_each_path(run, 4)  # other epochs than the selection's: trained
+    selection.drop_each_path(run, 4, overwrite=True)  # other epochs than the selection's: trained
     assert trained == [None, "fc", "conv", "gconv"]
 
 
@@ -206,7 +206,7 @@ def test_select_paths_resumes_within_a_round(tmp_path, monkeypatch):
     assert float(load_torch(run / PATH_SELECTION_STATE)["model"]["w"]) == 6.0
     assert record["kept"] == ["gconv"]
     assert selection.select_paths(run, 3) == record and len(calls) == 7  # finished: no work
-    selection.select_paths(run, 4)  # other epochs: started afresh
+    selection.select_paths(run, 4, overwrite=True)  # other epochs: started afresh
     assert len(calls) == 14
 
 
@@ -484,3 +484,19 @@ def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkey
     )
     with pytest.raises(ConfigError, match="leave out one of the two"):
         selection.select(run, epochs=3, per_layer=True, drop_only=True)
+
+
+@pytest.mark.parametrize("drop_only", [False, True])
+def test_a_record_of_other_epochs_is_not_replaced_unasked(tmp_path, monkeypatch, drop_only):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    selection.select(run, epochs=1, drop_only=drop_only)
+    name = PATH_DROPS if drop_only else PATH_SELECTION
+    before = (run / name).read_bytes()
+    with pytest.raises(RunDirectoryError, match="add --overwrite to replace") as caught:
+        selection.select(run, epochs=2, drop_only=drop_only)
+    assert "--epochs 1 shows" in str(caught.value)
+    assert (run / name).read_bytes() == before  # nothing replaced
+    record = selection.select(run, epochs=2, drop_only=drop_only, overwrite=True)
+    assert record["epochs"] == 2 and json.loads((run / name).read_text())["epochs"] == 2
+    selection.select(run, epochs=2, drop_only=drop_only)  # the same epochs: resumed, no refusal

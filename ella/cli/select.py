@@ -19,7 +19,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise ConfigError("ella select runs in one process: run it without torchrun")
     print_selection(
         Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress,
-        per_layer=args.per_layer,
+        per_layer=args.per_layer, overwrite=args.overwrite,
     )  # fmt: skip
     return 0
 
@@ -60,6 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=SELECT_EPOCHS,
         help=f"epochs of training on per candidate network (default {SELECT_EPOCHS})",
+    )
+    select.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a selection (or drops) of other --epochs in the run directory, which "
+        "is refused otherwise",
     )
     select.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     select.add_argument(

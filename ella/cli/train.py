@@ -62,6 +62,7 @@ def print_selection(
     data_dir,
     progress: bool = True,
     per_layer: bool = False,
+    overwrite: bool = False,
 ) -> None:
     """Select a learned run's paths (:func:`ella.selection.select`), print them and the
     files written."""
@@ -69,7 +70,7 @@ def print_selection(
 
     record = select(
         run_dir, epochs=epochs, drop_only=drop_only, per_layer=per_layer, data_dir=data_dir,
-        progress=progress,
+        progress=progress, overwrite=overwrite,
     )  # fmt: skip
     if drop_only:
         print(format_path_drops(record))
