@@ -112,6 +112,7 @@ __all__ = [
     "clear_run_outputs",
     "foreign_entries",
     "holds_run",
+    "lock_holder",
     "load_checkpoint",
     "new_run_directory",
     "read_json",
@@ -443,6 +444,27 @@ def _lock_holder(path: Path) -> str:
     except OSError:
         return "unknown"
     return pid if pid.isdigit() else "unknown"
+
+
+def lock_holder(out: Path) -> int | None:
+    """The pid of the process that holds the lock of the run directory ``out``
+    (:func:`run_lock`) now, or None where none does (this process's own lock counts as
+    none). Takes no lock and creates nothing."""
+    path = Path(out) / LOCK
+    if str(Path(out).resolve()) in _HELD:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(path)
+        return int(holder) if str(holder).isdigit() else -1
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return None
 
 
 def _acquire(out: Path) -> int:

@@ -69,6 +69,7 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     RESULTS,
     SELECT_EPOCHS,
+    lock_holder,
     read_json,
     run_lock,
 )
@@ -909,6 +910,12 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
             f"which paths the data need: a selection stopped in round {len(record['rounds'])};"
             f" ella select {run_dir}{epochs} resumes it"
         )
+        holder = lock_holder(Path(run_dir))
+        if holder is not None:
+            line = (
+                f"which paths the data need: a selection is running (in round "
+                f"{len(record['rounds'])}; pid {holder} holds the run directory)"
+            )
         return f"{line}\n{per_layer}\n{SHARES_NOTE}"
     rounds = selection_rounds(len(paths))
     cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
@@ -934,6 +941,11 @@ def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
         return f"{_answer(record)}; {PER_LAYER_RELIABILITY}"
     if record is not None and record.get("rounds"):
         epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
+        if lock_holder(Path(run_dir)) is not None:
+            return (
+                f"which paths each layer needs: a per-layer selection is running (in round "
+                f"{len(record['rounds'])})"
+            )
         return (
             f"which paths each layer needs: a per-layer selection stopped in round "
             f"{len(record['rounds'])}; ella select {run_dir} --per-layer{epochs} resumes it"

@@ -500,3 +500,34 @@ def test_a_record_of_other_epochs_is_not_replaced_unasked(tmp_path, monkeypatch,
     record = selection.select(run, epochs=2, drop_only=drop_only, overwrite=True)
     assert record["epochs"] == 2 and json.loads((run / name).read_text())["epochs"] == 2
     selection.select(run, epochs=2, drop_only=drop_only)  # the same epochs: resumed, no refusal
+
+
+def test_the_answer_tells_a_running_selection_from_a_stopped_one(tmp_path, monkeypatch):
+    """While another process holds the run directory, an unfinished selection is running;
+    once it is gone, the same record is a selection that stopped."""
+    import subprocess
+    import sys
+
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        selection.select_paths(run, 3)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from ella.rundir import run_lock\n"
+         "with run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)",
+         str(run)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        first = selection.format_answer(run, {}).splitlines()[0]
+        assert first == (
+            f"which paths the data need: a selection is running (in round 1; pid {holder.pid} "
+            "holds the run directory)"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    first = selection.format_answer(run, {}).splitlines()[0]
+    assert "a selection stopped in round 1; ella select" in first
