@@ -202,3 +202,19 @@ def test_experiments_use_only_public_api():
         if (uses := private_uses(path.read_text()))
     }
     assert not private, f"experiments use private names of ella or benchmarks: {private}"
+
+
+def test_the_per_layer_reliability_is_the_one_its_results_give():
+    """The guide's per-layer table and the sentence ``ella report`` says beside every
+    per-layer answer are what ``python -m experiments.layer_reduction --phase summarise``
+    writes from the committed results (record 0042)."""
+    import json
+
+    from benchmarks.common import splice_between
+    from ella.selection import PER_LAYER_RELIABILITY
+    from experiments.layer_reduction_summary import BEGIN, END, GUIDE, reliability_table
+
+    payload = json.loads((ROOT / "experiments/results/layer_reduction.json").read_text())
+    text = GUIDE.read_text()
+    assert splice_between(text, BEGIN, END, reliability_table(payload)) == text
+    assert PER_LAYER_RELIABILITY == payload["claims"]["per_layer_reliability"]
