@@ -860,7 +860,8 @@ def format_path_selection(record: dict) -> str:
 #: how often ``ella select --per-layer``'s answer has agreed with the exhaustive comparison
 #: of every per-layer network (record 0042), said beside every per-layer answer
 PER_LAYER_RELIABILITY = (
-    "its agreement with the exhaustive comparison of every per-layer network is not measured yet"
+    "in a miniature this selection agreed with the exhaustive comparison of every per-layer "
+    "network in 0 of 4 settings (4 of 12 layers; record 0042)"
 )
 
 #: what the effective-parameter table reads, said beside every answer
