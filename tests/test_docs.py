@@ -217,4 +217,4 @@ def test_the_per_layer_reliability_is_the_one_its_results_give():
     payload = json.loads((ROOT / "experiments/results/layer_reduction.json").read_text())
     text = GUIDE.read_text()
     assert splice_between(text, BEGIN, END, reliability_table(payload)) == text
-    assert PER_LAYER_RELIABILITY == payload["claims"]["per_layer_reliability"]
+    assert payload["claims"]["per_layer_reliability"] == PER_LAYER_RELIABILITY
