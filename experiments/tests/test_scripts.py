@@ -98,3 +98,25 @@ def test_round_parts_smoke(tmp_path):
     assert "| eigenvalues |" in (tmp_path / "round_parts_smoke.md").read_text()
     assert round_parts.NativeGGN.kron.__name__ == "kron"  # the timers are removed
     assert not hasattr(round_parts.NativeGGN.kron, "__wrapped__")
+
+
+def test_layer_reduction_smoke(tmp_path):
+    """Every phase on 64 images at one seed: the 27 networks per data set, the reductions,
+    the greedy retraining and the tables (the guide is written only by a full run)."""
+    from experiments import layer_reduction
+
+    layer_reduction.main(
+        [
+            "--phase",
+            "all",
+            "--dry",
+            "--seeds",
+            "0",
+            "--threads",
+            "1",
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    assert (tmp_path / "layer_reduction.md").is_file()
+    assert "## The candidates against it" in (tmp_path / "layer_reduction.md").read_text()
