@@ -446,10 +446,10 @@ def _lock_holder(path: Path) -> str:
     return pid if pid.isdigit() else "unknown"
 
 
-def lock_holder(out: Path) -> int | None:
-    """The pid of the process that holds the lock of the run directory ``out``
-    (:func:`run_lock`) now, or None where none does (this process's own lock counts as
-    none). Takes no lock and creates nothing."""
+def lock_holder(out: Path) -> str | None:
+    """The pid (as text, "unknown" where unreadable) of the process that holds the lock of
+    the run directory ``out`` (:func:`run_lock`) now, or None where none does (this
+    process's own lock counts as none). Takes no lock and creates nothing."""
     path = Path(out) / LOCK
     if str(Path(out).resolve()) in _HELD:
         return None
@@ -460,8 +460,7 @@ def lock_holder(out: Path) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _lock_holder(path)
-        return int(holder) if str(holder).isdigit() else -1
+        return _lock_holder(path)
     finally:
         os.close(fd)  # closing releases a lock taken here
     return None

@@ -906,17 +906,7 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
     if record is not None and record.get("finished"):
         return f"{_answer(record)}\n{per_layer}\n{SHARES_NOTE}"
     if record is not None and record.get("rounds"):
-        epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
-        line = (
-            f"which paths the data need: a selection stopped in round {len(record['rounds'])};"
-            f" ella select {run_dir}{epochs} resumes it"
-        )
-        holder = lock_holder(Path(run_dir))
-        if holder is not None:
-            line = (
-                f"which paths the data need: a selection is running (in round "
-                f"{len(record['rounds'])}; pid {holder} holds the run directory)"
-            )
+        line = _unfinished(run_dir, record, "the data need", "a selection", "")
         return f"{line}\n{per_layer}\n{SHARES_NOTE}"
     rounds = selection_rounds(len(paths))
     cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
@@ -933,6 +923,24 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
     return f"{line}\n{per_layer}\n{SHARES_NOTE}"
 
 
+def _unfinished(run_dir: str | Path, record: dict, which: str, what: str, flag: str) -> str:
+    """The report's line for an unfinished selection record: running where another process
+    holds the run directory (:func:`ella.rundir.lock_holder`), else stopped, with the
+    command that resumes it."""
+    rounds = len(record["rounds"])
+    holder = lock_holder(Path(run_dir))
+    if holder is not None:
+        return (
+            f"which paths {which}: {what} is running (in round {rounds}; pid {holder} holds "
+            "the run directory)"
+        )
+    epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
+    return (
+        f"which paths {which}: {what} stopped in round {rounds}; ella select "
+        f"{run_dir}{flag}{epochs} resumes it"
+    )
+
+
 def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
     """The report's line for ``ella select --per-layer``: its answer with
     :data:`PER_LAYER_RELIABILITY`, that a selection stopped, or what its first round costs."""
@@ -941,15 +949,8 @@ def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
     if record is not None and record.get("finished"):
         return f"{_answer(record)}; {PER_LAYER_RELIABILITY}"
     if record is not None and record.get("rounds"):
-        epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
-        if lock_holder(Path(run_dir)) is not None:
-            return (
-                f"which paths each layer needs: a per-layer selection is running (in round "
-                f"{len(record['rounds'])})"
-            )
-        return (
-            f"which paths each layer needs: a per-layer selection stopped in round "
-            f"{len(record['rounds'])}; ella select {run_dir} --per-layer{epochs} resumes it"
+        return _unfinished(
+            run_dir, record, "each layer needs", "a per-layer selection", " --per-layer"
         )
     layers = len(results.get("effective_parameters", []))
     if layers:

@@ -88,7 +88,16 @@ from ella.marglik.laplace_internals import hessian_scale, kron_factors
 from ella.nn import RelaxedLayer
 from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 from experiments.full_ggn import FullEvidence, full_ggn, optimal_log_prior
-from experiments.miniature import Budget, Split, append_row, build, evaluate, load, read_rows
+from experiments.miniature import (
+    Budget,
+    Split,
+    append_row,
+    build,
+    evaluate,
+    load,
+    read_rows,
+    train_epoch,
+)
 
 NAME = "layer_reduction"
 DATASETS = ("mnist", "rotated_mnist")
@@ -161,24 +170,16 @@ def train(
     ``budget.frequency`` epochs from ``burnin`` (the budget's by default); returns the
     seconds per epoch and per round and the last training loss and accuracy."""
     burnin = budget.burnin if burnin is None else burnin
-    n = len(split.y)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     order = torch.Generator().manual_seed(seed)
     epoch_seconds, round_seconds = [], []
-    loss_sum = correct = 0.0
+    train_loss = train_acc = math.nan
     for epoch in range(1, epochs + 1):
         tick = time.perf_counter()
-        model.train()
-        loss_sum, correct = 0.0, 0
-        for index in torch.randperm(n, generator=order).split(budget.batch_size):
-            logits = model(split.x[index])
-            loss = F.cross_entropy(logits, split.y[index])
-            optimizer.zero_grad(set_to_none=True)
-            (loss + priors.penalty()).backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * len(index)
-            correct += int((logits.argmax(1) == split.y[index]).sum())
-        if not math.isfinite(loss_sum):
+        train_loss, train_acc = train_epoch(
+            model, priors, optimizer, split, order, budget.batch_size
+        )
+        if not math.isfinite(train_loss):
             raise FloatingPointError(f"training diverged at epoch {epoch}")
         epoch_seconds.append(time.perf_counter() - tick)
         if epoch >= burnin and epoch % budget.frequency == 0:
@@ -188,8 +189,8 @@ def train(
     return {
         "epoch_seconds": statistics.fmean(epoch_seconds),
         "round_seconds": statistics.fmean(round_seconds) if round_seconds else None,
-        "train_loss": loss_sum / n,
-        "train_acc": correct / n,
+        "train_loss": train_loss,
+        "train_acc": train_acc,
     }
 
 

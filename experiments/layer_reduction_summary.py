@@ -22,7 +22,6 @@ from experiments.layer_reduction import (
     ESTIMATORS,
     FULL,
     N_LAYERS,
-    Architecture,
     key,
     short,
     tag,
@@ -39,10 +38,6 @@ METHODS = [
     ("ella's KFAC evidence over the 27", None, "kfac_exhaustive"),
 ]
 LABELS = {tag(a): short(a) for a in ARCHITECTURES}
-
-
-def architecture(text: str) -> Architecture:
-    return tuple(tuple(layer.split("+")) for layer in text.split("/"))
 
 
 def agree(a: str, b: str) -> int:

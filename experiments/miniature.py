@@ -310,6 +310,30 @@ class Spec:
         )
 
 
+def train_epoch(
+    model: nn.Module,
+    priors: PriorLearner,
+    optimizer: torch.optim.Optimizer,
+    split: Split,
+    order: torch.Generator,
+    batch_size: int,
+) -> tuple[float, float]:
+    """One epoch of ``optimizer`` on the cross-entropy plus the priors' penalty, in the
+    random order ``order`` draws; returns the mean training loss and accuracy."""
+    n = len(split.y)
+    model.train()
+    total_loss, correct = 0.0, 0
+    for index in torch.randperm(n, generator=order).split(batch_size):
+        logits = model(split.x[index])
+        loss = F.cross_entropy(logits, split.y[index])
+        optimizer.zero_grad(set_to_none=True)
+        (loss + priors.penalty()).backward()
+        optimizer.step()
+        total_loss += float(loss.detach()) * len(index)
+        correct += int((logits.argmax(1) == split.y[index]).sum())
+    return total_loss / n, correct / n
+
+
 def run(spec: Spec, budget: Budget, data_dir: str | None, log=print) -> dict:
     """Train one configuration and read it; returns its results row."""
     split = load(spec.dataset, budget, data_dir)
@@ -331,17 +355,9 @@ def run(spec: Spec, budget: Budget, data_dir: str | None, log=print) -> dict:
     train_loss = train_acc = float("nan")
     for epoch in range(1, epochs + 1):
         tick = time.perf_counter()
-        model.train()
-        total_loss, correct = 0.0, 0
-        for index in torch.randperm(n, generator=order).split(budget.batch_size):
-            logits = model(split.x[index])
-            loss = F.cross_entropy(logits, split.y[index])
-            optimizer.zero_grad(set_to_none=True)
-            (loss + priors.penalty()).backward()
-            optimizer.step()
-            total_loss += float(loss.detach()) * len(index)
-            correct += int((logits.argmax(1) == split.y[index]).sum())
-        train_loss, train_acc = total_loss / n, correct / n
+        train_loss, train_acc = train_epoch(
+            model, priors, optimizer, split, order, budget.batch_size
+        )
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"{spec.key(budget)}: training diverged at epoch {epoch}")
         epoch_seconds.append(time.perf_counter() - tick)
