@@ -28,11 +28,12 @@ import torch
 from torch import nn
 
 from ella.choices import InvarianceMethod, PriorMean
-from ella.errors import ConfigError, RunDirectoryError
+from ella.errors import CheckpointError, ConfigError, RunDirectoryError, error_summary
 from ella.io import load_torch, save_torch
 from ella.marglik.effective import split_name, switched_off_paths
 from ella.nn import RelaxedLayer
-from ella.rundir import CONFIG, EXPORT_THRESHOLD, EXPORTED, RESULTS, read_json
+from ella.rundir import CONFIG, EXPORT_THRESHOLD, EXPORTED, RESULTS, RESULTS_FIX, read_json
+from ella.schemas import EXPORTED_FILE, RESULTS_FILE, check
 from ella.train.loop import evaluate
 from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 
@@ -157,7 +158,9 @@ def _learned_run(run_dir: Path, data_dir: str | Path | None) -> tuple[TrainedRun
     results_path = run_dir / RESULTS
     if not results_path.is_file():
         raise RunDirectoryError(f"{run_dir} has no results.json: export a finished run")
-    results = read_json(results_path, "run's results")
+    results = read_json(results_path, "run's results", RESULTS_FILE, RESULTS_FIX)
+    if "prior_variance" not in results:
+        raise CheckpointError(f"{results_path} has no prior_variance; {RESULTS_FIX}")
     config = read_json(run_dir / CONFIG, "run's configuration")
     learn, mean = config.get("learn_priors", True), config.get("prior_mean", PriorMean.ZERO)
     refuse_unless_learned(run_dir, learn, mean, "export")
@@ -204,8 +207,15 @@ def load_exported(
 ) -> nn.Module:
     """The exported network of ``run_dir`` (written by ``ella export``) in eval mode."""
     run_dir = Path(run_dir)
-    saved = load_torch(Path(path) if path is not None else run_dir / EXPORTED)
+    path = Path(path) if path is not None else run_dir / EXPORTED
+    fix = f"export the run again (ella export {run_dir} --out FILE)"
+    saved = check(load_torch(path, fix=fix), EXPORTED_FILE, path, fix)
     run = load_run(run_dir, data_dir)
-    net = without_paths(run.net, saved["dropped"])
-    net.load_state_dict(saved["model"])
+    try:
+        net = without_paths(run.net, saved["dropped"])
+        net.load_state_dict(saved["model"])
+    except (ConfigError, KeyError, RuntimeError) as err:
+        raise CheckpointError(
+            f"{path} is not an export of {run_dir}'s network ({error_summary(err)}); {fix}"
+        ) from None
     return net.eval()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ella.errors import ConfigError
-from ella.migrations import upgrade
+from ella.migrations import missing_keys, upgrade
 
 __all__ = ["MAX_SEED", "Choice", "Config", "choice_type", "option"]
 
@@ -257,7 +257,8 @@ class Config:
     @classmethod
     def from_dict(cls, d: dict):
         """The configuration a dict holds (``config.json``), options it lacks read as they
-        meant when it was written (:func:`ella.migrations.upgrade`); unknown keys, or another
+        meant when it was written (:func:`ella.migrations.upgrade`); unknown keys, missing
+        keys that every version wrote (:func:`ella.migrations.missing_keys`), or another
         command's configuration, are refused with a :class:`~ella.errors.ConfigError`."""
         if not isinstance(d, dict):
             raise ConfigError(f"a configuration must be a JSON object, got {type(d).__name__}")
@@ -271,4 +272,11 @@ class Config:
                     f"({len(unknown)} of its keys are not options of {cls.COMMAND})"
                 )
             raise ConfigError(f"unknown configuration keys: {sorted(unknown)}")
+        missing = missing_keys(d, cls)
+        if missing:
+            raise ConfigError(
+                f"it lacks {missing}, which every version of ella writes: it was cut or "
+                "edited; restore it from a copy (ella rebuilds a run from it, so no default "
+                "can stand in)"
+            )
         return cls(**upgrade(d, cls))

@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ella.errors import CheckpointError, RunDirectoryError
 from ella.io import load_torch, save_json
 from ella.migrations import upgrade
+from ella.schemas import check
 
 if TYPE_CHECKING:
     from ella.options import Config
@@ -45,6 +46,8 @@ CONFIG = "config.json"
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 RESULTS = "results.json"
+#: what to do about a results.json that cannot be read: the checkpoint writes it again
+RESULTS_FIX = "move it away and run ella train --out RUN --resume to write it again"
 #: the lock file of a run directory (:func:`run_lock`); present only while a process holds it
 LOCK = ".ella.lock"
 #: what ``ella report RUN --path-outputs`` writes into the run directory
@@ -104,6 +107,7 @@ __all__ = [
     "PATH_SELECTION_PER_LAYER_STATE",
     "PATH_SELECTION_STATE",
     "RESULTS",
+    "RESULTS_FIX",
     "SELECT_EPOCHS",
     "begin_run",
     "config_differences",
@@ -416,9 +420,10 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     return ckpt
 
 
-def read_json(path: Path, what: str) -> dict:
+def read_json(path: Path, what: str, schema: Any = None, fix: str = "") -> dict:
     """A JSON object from ``path``; a CheckpointError naming the file if it is missing,
-    empty, truncated or not an object."""
+    empty, truncated or not an object, or (with a ``schema`` of :mod:`ella.schemas`) not
+    of that shape, with ``fix`` (what to do about it) in the message."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -430,6 +435,8 @@ def read_json(path: Path, what: str) -> dict:
         ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object; the {what} cannot be read")
+    if schema is not None:
+        check(data, schema, path, fix or f"the {what} cannot be read; restore it from a copy")
     return data
 
 

@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from ella.choices import GGN, InvarianceMethod, Likelihood, ModelName, PriorMean
 from ella.distributed import ONE_PROCESS
-from ella.errors import ConfigError, EllaError, RunDirectoryError
+from ella.errors import CheckpointError, ConfigError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.learner.report import counted, mean_shares, paths_label
@@ -73,6 +73,7 @@ from ella.rundir import (
     read_json,
     run_lock,
 )
+from ella.schemas import PATH_DROPS_FILE, SELECTION_FILE, SELECTION_STATE_FILE, check
 from ella.train.alternating import AlternatingRun
 from ella.train.fit import FitResult, FitRun, evaluate_loader, probe_outputs
 from ella.train.loop import Trainer, evaluate
@@ -438,11 +439,11 @@ def drop_each_path(
         done: dict[str, dict] = {}
         selection = Path(run_dir) / PATH_SELECTION
         if selection.is_file():
-            earlier = read_json(selection, "earlier path selection")
+            earlier = read_selection(selection, "earlier path selection")
             if earlier.get("epochs") == epochs and earlier.get("rounds"):
                 done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
         if path.is_file():
-            earlier = read_json(path, "earlier path drops")
+            earlier = read_drops(path)
             if earlier.get("epochs") == epochs:
                 done.update({row["dropped"]: row for row in earlier.get("rows", [])})
             elif earlier.get("rows") and not overwrite:
@@ -546,6 +547,64 @@ def select_paths(
         return greedy_selection(record, units, train, files, per_layer)[0]
 
 
+def read_selection(path: Path, what: str = "path selection", fix: str = "") -> dict:
+    """The record of :func:`select_paths` in ``path``, checked: its shape
+    (:data:`ella.schemas.SELECTION_FILE`), and that each round's rows begin with the
+    control, its winner is one of them, and a record with rounds holds the null model.
+
+    Raises:
+        CheckpointError: naming the file, what is wrong and ``fix`` (by default: restore
+            it, or start the selection again with ``--overwrite``).
+    """
+    fix = fix or (
+        "restore it from a copy, or add --overwrite to ella select to start the selection "
+        "again without it"
+    )
+    record = read_json(path, what, SELECTION_FILE, fix)
+    problem = _round_problem(record["rounds"])
+    if problem is None and record["rounds"] and "null" not in record:
+        problem = "it has rounds but no null model ('null')"
+    if problem is None and record["finished"] and not record["rounds"]:
+        problem = "it is finished but has no round"
+    if problem is not None:
+        raise CheckpointError(f"{path} is not as ella writes it: {problem}; {fix}")
+    return record
+
+
+def _round_problem(rounds: list[dict]) -> str | None:
+    """What is inconsistent in a selection's rounds (None where nothing is)."""
+    for number, this in enumerate(rounds):
+        rows = this["rows"]
+        if rows and rows[0]["dropped"] != CONTROL:
+            return f"round {number + 1} does not begin with the control ('{CONTROL}')"
+        if this["winner"] is not None and this["winner"] not in {r["dropped"] for r in rows}:
+            return f"round {number + 1}'s winner {this['winner']!r} is none of its rows"
+        if this["winner"] is None and number < len(rounds) - 1:
+            return f"round {number + 1} has no winner but is followed by another"
+    return None
+
+
+def read_drops(path: Path) -> dict:
+    """``path_drops.json`` (:func:`drop_each_path`), checked against
+    :data:`ella.schemas.PATH_DROPS_FILE` and beginning with the control where it has rows."""
+    fix = (
+        "restore it from a copy, or add --overwrite to ella select --drop-only to train them again"
+    )
+    record = read_json(path, "earlier path drops", PATH_DROPS_FILE, fix)
+    if record["rows"] and record["rows"][0]["dropped"] != CONTROL:
+        raise CheckpointError(
+            f"{path} is not as ella writes it: it does not begin with the control; {fix}"
+        )
+    return record
+
+
+def read_selection_state(path: Path) -> dict:
+    """A selection's saved network (the winner so far, or a round's best candidate),
+    checked against :data:`ella.schemas.SELECTION_STATE_FILE`."""
+    fix = "restore it from a copy, or add --overwrite to ella select to start again"
+    return check(load_torch(path, fix=fix), SELECTION_STATE_FILE, path, fix)
+
+
 def new_record(epochs: int, paths: list[str], per_layer: bool = False) -> dict:
     """The record of a selection that has not started (``paths``: the prior groups of a
     per-layer one)."""
@@ -580,13 +639,22 @@ class _SelectionFiles:
         new one; an earlier selection of other ``epochs`` is refused (it is not replaced
         unasked) unless ``overwrite``, which removes its files."""
         if self.record.is_file():
-            earlier = read_json(self.record, "earlier path selection")
+            flag = " --per-layer" if self.per_layer else ""
+            fix = (
+                f"restore it from a copy, or ella select {self.run_dir}{flag} --overwrite "
+                "starts the selection again without it"
+            )
+            try:
+                earlier = read_selection(self.record, "earlier path selection", fix)
+            except CheckpointError:
+                if not overwrite:
+                    raise
+                earlier = {}  # unreadable, and to be replaced
             if earlier.get("epochs") == epochs and earlier.get("paths") == paths:
                 return earlier
             if earlier.get("rounds") and not overwrite:
                 rounds = earlier["rounds"]
                 state = "finished" if earlier.get("finished") else f"stopped in round {len(rounds)}"
-                flag = " --per-layer" if self.per_layer else ""
                 raise RunDirectoryError(
                     f"{self.record} holds a selection of {earlier.get('epochs')} epochs per "
                     f"network ({state}): ella select {self.run_dir}{flag} --epochs "
@@ -616,7 +684,7 @@ def greedy_selection(
         where no round ran)."""
     start = None
     if files is not None and any(r["winner"] is not None for r in record["rounds"]):
-        start = load_torch(files.winner)
+        start = read_selection_state(files.winner)
 
     def eligible(row: dict, rows: list[dict]) -> bool:
         """The control, or a candidate that has not collapsed (``rows[0]`` the control)."""
@@ -635,7 +703,7 @@ def greedy_selection(
         best = max(candidates, key=lambda r: r["log_evidence"], default=None)
         best_state = None
         if best is not None and files is not None and files.candidate.is_file():
-            best_state = load_torch(files.candidate)
+            best_state = read_selection_state(files.candidate)
         if best is not None and (best_state is None or best_state["dropped"] != best["dropped"]):
             # the weights of the round's best row are lost (interrupted between them and
             # its row): the round starts again
@@ -902,7 +970,7 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
         return None
     per_layer = _per_layer_line(run_dir, results, len(paths))
     path = Path(run_dir) / PATH_SELECTION
-    record = read_json(path, "path selection") if path.is_file() else None
+    record = read_selection(path) if path.is_file() else None
     if record is not None and record.get("finished"):
         return f"{_answer(record)}\n{per_layer}\n{SHARES_NOTE}"
     if record is not None and record.get("rounds"):
@@ -945,7 +1013,7 @@ def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
     """The report's line for ``ella select --per-layer``: its answer with
     :data:`PER_LAYER_RELIABILITY`, that a selection stopped, or what its first round costs."""
     path = Path(run_dir) / PATH_SELECTION_PER_LAYER
-    record = read_json(path, "per-layer path selection") if path.is_file() else None
+    record = read_selection(path, "per-layer path selection") if path.is_file() else None
     if record is not None and record.get("finished"):
         return f"{_answer(record)}; {PER_LAYER_RELIABILITY}"
     if record is not None and record.get("rounds"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ella.cli.common import reports_errors
 from ella.errors import RunDirectoryError
-from ella.rundir import EXPORT_THRESHOLD, EXPORTED
+from ella.rundir import EXPORT_THRESHOLD, EXPORTED, run_lock
 
 
 @reports_errors
@@ -19,9 +19,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run_dir / EXPORTED
     if out.exists():  # checked before the run is loaded and measured
         raise RunDirectoryError(f"{out} exists; choose another --out (nothing was written)")
-    export = export_run(run_dir, args.threshold, args.data_dir)
-    print(export.format())
-    print(f"written: {save_export(export, out)}")
+    into_run = out.absolute().parent.resolve() == run_dir.resolve()
+    with run_lock(run_dir, take=into_run):  # refused while another process writes there
+        export = export_run(run_dir, args.threshold, args.data_dir)
+        print(export.format())
+        print(f"written: {save_export(export, out)}")
     return 0
 
 

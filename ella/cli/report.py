@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +18,12 @@ from ella.rundir import (
     PATH_SELECTION,
     PATH_SELECTION_PER_LAYER,
     RESULTS,
+    RESULTS_FIX,
+    lock_holder,
     read_json,
+    run_lock,
 )
+from ella.schemas import RESULTS_FILE, check
 
 if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
     from ella.train.runs import TrainedRun
@@ -28,7 +33,6 @@ if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
 def cmd_report(args: argparse.Namespace) -> int:
     """Reprint the table and redraw the figure of a finished run."""
     from ella.ensembles import format_results
-    from ella.learner.report import format_table, save_eta_figure, save_figure
 
     if args.symmetry_images < 1:
         raise ConfigError(f"--symmetry-images must be at least 1, got {args.symmetry_images}")
@@ -53,22 +57,45 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
+    check(results, RESULTS_FILE, path, RESULTS_FIX)
     if args.path_outputs and not results["effective_parameters"]:
         raise ConfigError(
             f"--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
             f"model ({results.get('config', {}).get('model', '?')}) has none"
         )
+    holder = lock_holder(run_dir)  # e.g. a running ella select: read, but write nothing
+    if holder is not None and (args.path_outputs or args.symmetry is not None):
+        raise RunDirectoryError(
+            f"{run_dir} is in use by another ella process (pid {holder}), and --path-outputs "
+            "and --symmetry write into it: ask again when that process has ended"
+        )
+    with contextlib.ExitStack() as held:
+        if holder is None:
+            held.enter_context(run_lock(run_dir))
+        _report_run(args, run_dir, results, path, draw=holder is None)
+        if holder is not None:
+            print(f"(figures not redrawn: pid {holder} holds {run_dir})")
+    return 0
+
+
+def _report_run(
+    args: argparse.Namespace, run_dir: Path, results: dict, path: Path, draw: bool
+) -> None:
+    """The report of a train run (its ``results.json`` at ``path``): the answer, the table,
+    the figures (where ``draw``), the asked measurements and the last selections."""
+    from ella.learner.report import format_table, save_eta_figure, save_figure
+
     print_answer(run_dir, results)
     try:
         print(format_table(results))
-        if results.get("effective_parameters"):
+        if draw and results.get("effective_parameters"):
             print(f"figure: {save_figure(results, run_dir / 'effective_parameters.png')}")
-        if results.get("eta_history"):
+        if draw and results.get("eta_history"):
             print(f"figure: {save_eta_figure(results, run_dir / 'eta.png')}")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
         raise CheckpointError(
             f"{path} is incomplete, changed or from another version ({type(err).__name__}: "
-            f"{err}); move it away and run ella train --out RUN --resume to write it again"
+            f"{err}); {RESULTS_FIX}"
         ) from None
     if args.path_outputs or args.symmetry is not None:
         from ella.train.runs import load_run
@@ -81,12 +108,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             report_symmetry(args, run, x)
     for name in (PATH_SELECTION, PATH_SELECTION_PER_LAYER):  # the last ella select, again
         if (run_dir / name).is_file():
-            from ella.selection import format_path_selection
+            from ella.selection import format_path_selection, read_selection
 
-            record = read_json(run_dir / name, "path selection")
+            record = read_selection(run_dir / name)
             if record.get("finished"):
                 print(f"\n{format_path_selection(record)}")
-    return 0
 
 
 def report_path_outputs(args: argparse.Namespace, run: TrainedRun, x: torch.Tensor) -> None:
