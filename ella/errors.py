@@ -36,6 +36,11 @@ class CheckpointError(EllaError, RuntimeError):
     """A checkpoint or saved configuration that is missing, corrupt or from another run."""
 
 
+class FileWriteError(EllaError, OSError):
+    """A file that could not be written (no space, a file-size limit, a name too long, no
+    permission); the message names the file and the cause, and the file is as it was."""
+
+
 class InputDataError(EllaError, ValueError):
     """Training or evaluation data that cannot be used (NaN pixels, labels out of range...)."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import math
 import os
@@ -13,29 +15,70 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ella.errors import CheckpointError
+from ella.errors import CheckpointError, FileWriteError
+
+#: what a failed write means, by errno, and what to do about it
+_WRITE_CAUSES: dict[int, str] = {
+    errno.ENOSPC: "the disk is full (no space left on the device); free some space",
+    errno.EDQUOT: "the disk quota is used up; free some space",
+    errno.EFBIG: (
+        "the file is larger than this process may write (a file-size limit: ulimit -f); "
+        "raise the limit"
+    ),
+    errno.ENAMETOOLONG: "a name in the path is too long for the file system; choose a shorter one",
+    errno.EACCES: "permission denied; fix the directory's permissions or write elsewhere",
+    errno.EPERM: "the operation is not permitted; fix the directory's permissions",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+}
+
+
+def _write_failed(path: Path, err: OSError) -> FileWriteError:
+    cause = _WRITE_CAUSES.get(err.errno, f"{err.strerror or err}; check the file system")
+    failed = FileWriteError(
+        f"could not write {path}: {cause}. Nothing was replaced: the file is as it was"
+    )
+    failed.errno = err.errno  # the cause, for a caller that tells them apart
+    return failed
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(f)`` on a temporary file next to ``path``, then rename it to ``path``."""
+    """Call ``write(f)`` on a temporary file next to ``path``, then rename it to ``path``.
+
+    Raises:
+        FileWriteError: the directory, the temporary file or the rename failed (no space,
+            a file-size limit, a name too long, no permission), named with its cause;
+            ``path`` is as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, FileWriteError):
+            raise
+        raise _write_failed(path, err) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
 
 def save_torch(obj: Any, path: Path) -> None:
-    """``torch.save`` through a temporary file and an atomic rename."""
-    atomic_write(path, lambda f: torch.save(obj, f))
+    """``torch.save`` through a temporary file and an atomic rename (serialised in memory
+    first, so that a failed write is the file system's error, which
+    :func:`atomic_write` names, not the serialiser's)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
 
 
 def save_text(text: str, path: Path) -> None:

@@ -190,6 +190,10 @@ class Config:
                 else:
                     value = choice.parse(value, what)
             if f.metadata.get("path") and value is not None:
+                if not isinstance(value, (str, os.PathLike)):
+                    raise ConfigError(
+                        f"{what} must be a path (a string), got {type(value).__name__} {value!r}"
+                    )
                 value = os.path.abspath(Path(value).expanduser())
             object.__setattr__(self, f.name, value)
 

@@ -23,6 +23,7 @@ first, then ``checkpoint.pt`` and ``metrics.jsonl`` after every epoch, and
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -120,6 +121,7 @@ __all__ = [
     "load_checkpoint",
     "new_run_directory",
     "read_json",
+    "refuse_unusable_name",
     "remove_if_unused",
     "remove_orphan_temporaries",
     "resume_note",
@@ -236,6 +238,27 @@ def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
     raise RunDirectoryError(f"no free run directory name under {root}/; pass --out")
 
 
+def refuse_unusable_name(path: Path, option: str = "--out") -> None:
+    """Refuse a ``path`` that the file system cannot name (a part too long for it), before
+    any work starts.
+
+    Raises:
+        RunDirectoryError: naming the option, the limit and the fix.
+    """
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno != errno.ENAMETOOLONG:
+            return  # missing, or a problem that the directory's own checks name
+        longest = max(len(os.fsencode(part)) for part in Path(path).parts)
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:77]}..."
+        raise RunDirectoryError(
+            f"{option} {shown}: a name in it is too long for the file system (its longest "
+            f"part has {longest} bytes, the whole {len(os.fsencode(str(path)))}); choose a "
+            f"shorter {option}"
+        ) from None
+
+
 def _refuse_a_file(out: Path) -> None:
     """Refuse an ``--out`` that names a file, or a symbolic link to nothing."""
     if out.is_symlink() and not out.exists():
@@ -298,10 +321,20 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
         if not holds_run(out):
             foreign = foreign_entries(out)
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            started = (out / CONFIG).is_file() or (out / CHECKPOINT).is_file()
+            what = (
+                "holds an ella run beside files ella did not write"
+                if started
+                else "is not empty and holds no ella run (files ella did not write"
+            )
+            fix = (
+                "move them out of it to use the run, or choose another --out"
+                if started
+                else "ella never writes over files it did not create: choose a new or empty "
+                "directory"
+            )
             raise RunDirectoryError(
-                f"--out {out} is not empty and holds no ella run (files ella did not write: "
-                f"{shown}); ella never writes over files it did not create: choose a new or "
-                "empty directory"
+                f"--out {out} {what}{':' if started else ''} {shown}{'' if started else ')'}; {fix}"
             )
         if not overwrite and stopped_before_checkpoint(out):
             raise RunDirectoryError(
@@ -379,14 +412,21 @@ def check_fc_layout(ckpt: dict, path: Path) -> None:
     states += [
         s for v in ckpt.values() if isinstance(v, list | tuple) for s in v if isinstance(s, dict)
     ]
-    if any(isinstance(k, str) and _PER_CHANNEL_FC.search(k) for s in states for k in s):
+    if not any(isinstance(k, str) and _PER_CHANNEL_FC.search(k) for s in states for k in s):
+        return
+    if (Path(path).parent / RESULTS).is_file():  # finished: --overwrite would discard it
         raise CheckpointError(
-            f"--resume: {path} was written by ella 0.2 or earlier, whose FC paths held one "
-            "tensor per channel; this version stacks them, and the optimiser's state "
-            "cannot be carried over. Finish the run with ella 0.2 (pip install "
-            "'ella-torch==0.2.*'), or start it again with --overwrite; ella report, select "
-            "and export read it as it is"
+            f"--resume: {path} was written by ella 0.2 or earlier, and its run is finished "
+            f"({RESULTS} is beside it): there is nothing to resume. ella report, select and "
+            "export read it as it is; keep it (--overwrite would discard its results)"
         )
+    raise CheckpointError(
+        f"--resume: {path} was written by ella 0.2 or earlier, whose FC paths held one "
+        "tensor per channel; this version stacks them, and the optimiser's state "
+        "cannot be carried over. Finish the run with ella 0.2 (pip install "
+        "'ella-torch==0.2.*'), or start it again with --overwrite; ella report, select "
+        "and export read it as it is"
+    )
 
 
 def load_checkpoint(path: Path, config: Config) -> dict:
@@ -414,8 +454,9 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     changed = config_differences(saved, config)
     if changed:
         raise CheckpointError(
-            f"--resume: the configuration differs from the checkpoint's in {changed}; "
-            "resume with the same options or start a new run directory"
+            f"--resume: the configuration ({path.parent / CONFIG}) differs from the "
+            f"checkpoint's ({path}) in {changed}; resume with the same options, restore "
+            f"{CONFIG} if it was edited, or start a new run directory"
         )
     return ckpt
 

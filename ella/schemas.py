@@ -22,10 +22,12 @@ from typing import Any
 
 import torch
 
+from ella.choices import PathName
 from ella.errors import CheckpointError
 
 __all__ = [
     "EXPORTED_FILE",
+    "FIT_RESULTS_FILE",
     "PATH_DROPS_FILE",
     "RESULTS_FILE",
     "SELECTION_FILE",
@@ -38,6 +40,7 @@ __all__ = [
     "TENSOR",
     "check",
     "mismatch",
+    "results_schema",
 ]
 
 
@@ -127,7 +130,9 @@ def mismatch(value: Any, spec: Any, where: str = "") -> str | None:
         return f"{where or 'the whole file'} should be {_describe(spec)}, found {_found(value)}"
 
     if isinstance(spec, Maybe):
-        return None if value is None else mismatch(value, spec.spec, where)
+        found = None if value is None else mismatch(value, spec.spec, where)
+        inner = f"{where or 'the whole file'} should be {_describe(spec.spec)},"
+        return wrong() if found is not None and found.startswith(inner) else found
     if spec is NUMBER:
         ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         return None if ok else wrong()
@@ -215,14 +220,68 @@ SELECTION_STATE_FILE = Record(
 EXPORTED_FILE = Record(
     {"dropped": MapOf(ListOf(str)), "threshold": NUMBER, "model": MapOf(TENSOR)},
 )
-#: ``results.json`` of ``ella train``: what ``ella report``, ``select`` and ``export`` read
-RESULTS_FILE = Record(
-    {"effective_parameters": ListOf(Record({"layer": str}, {"prior_variance": MapOf(NUMBER)}))},
+#: a row of a results file's per-layer table (:func:`ella.learner.report.format_table`)
+_LAYER_ROW = Record(
     {
-        "test_accuracy": NUMBER,
-        "epochs": int,
-        "train_time_s": NUMBER,
+        "layer": str,
+        "effective": MapOf(NUMBER),
+        "parameters": MapOf(int),
         "prior_variance": MapOf(NUMBER),
-        "eta_history": list,
+    },
+    {
+        "relative": MapOf(NUMBER),
+        "total_effective": NUMBER,
+        **{path.value: NUMBER for path in PathName},  # each path's share, in %
     },
 )
+#: what ``ella.fit`` and ``ella train`` both write into ``results.json``
+_LEARNED = {
+    "prior_precision": MapOf(NUMBER),
+    "prior_variance": MapOf(NUMBER),
+    "effective_parameters": ListOf(_LAYER_ROW),
+    "effective_parameters_other": list,
+    "log_marglik": ListOf(NUMBER),
+    "log_marglik_epochs": ListOf(int),
+}
+#: keys written by later versions, read where present
+_LATER = {
+    "prior_convergence": Maybe(Record({"rounds": int})),
+    "shares_history": ListOf(MapOf(NUMBER)),
+    "training_collapse": Maybe(dict),
+    "class_frequency_log_evidence": NUMBER,
+    "eta": MapOf(NUMBER),
+    "eta_history": ListOf(MapOf(NUMBER)),
+    "invariance": str,
+    "validation_size": int,
+    "processes": int,
+}
+#: ``results.json`` of ``ella train``: every version wrote the required keys
+RESULTS_FILE = Record(
+    {
+        **_LEARNED,
+        "test_accuracy": NUMBER,
+        "test_nll": NUMBER,
+        "reported_state": str,
+        "reported_epoch": int,
+        "final_test_accuracy": NUMBER,
+        "final_test_nll": NUMBER,
+        "log_marglik_reported_state": NUMBER,
+        "parameters": int,
+        "train_size": int,
+        "test_size": int,
+        "epochs": int,
+        "train_time_s": NUMBER,
+        "config": Record({"dataset": str}, {"learn_priors": bool, "model": str}),
+    },
+    _LATER,
+)
+#: ``results.json`` of ``ella.fit`` (``FitResult.as_dict`` and its configuration)
+FIT_RESULTS_FILE = Record({**_LEARNED, "config": dict}, {**_LATER, "metrics": list})
+
+
+def results_schema(results: dict) -> Record:
+    """The schema of a ``results.json``: ``ella train``'s (its configuration names a data
+    set, or it has none) or ``ella.fit``'s."""
+    config = results.get("config")
+    fitted = isinstance(config, dict) and "dataset" not in config and "likelihood" in config
+    return FIT_RESULTS_FILE if fitted else RESULTS_FILE

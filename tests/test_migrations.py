@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ella.ensembles.config import EnsembleConfig
-from ella.migrations import ABSENT_MEANS, absent_means, upgrade
+from ella.errors import ConfigError
+from ella.migrations import ABSENT_MEANS, ALWAYS_WRITTEN, absent_means, missing_keys, upgrade
 from ella.rundir import config_differences
 from ella.train.config import TrainConfig
 from ella.train.fit import FitConfig
@@ -89,3 +90,24 @@ def test_every_meaning_is_an_option_of_its_class_and_differs_from_its_default():
         for option, value in table.items():
             assert option in defaults, f"{name}: {option} is not an option"
             assert defaults[option] != value, f"{name}: {option} means its default; drop it"
+
+
+#: per class, the file of its first version's configuration
+FIRST = {
+    TrainConfig: "train_first.json",
+    FitConfig: "fit_first.json",
+    EnsembleConfig: "ensemble_before_model.json",  # ella ensemble's options from its first commit
+}
+
+
+@pytest.mark.parametrize("cls", list(FIRST), ids=lambda c: c.__name__)
+def test_a_configuration_without_a_key_every_version_wrote_is_refused(cls):
+    first = json.loads((OLD / FIRST[cls]).read_text())
+    assert ALWAYS_WRITTEN[cls.__name__] == set(first)
+    assert missing_keys(first, cls) == []
+    today = cls().to_dict()
+    for key in sorted(first)[:: max(1, len(first) // 6)]:  # a spread of them, each alone
+        cut = {k: v for k, v in today.items() if k != key}
+        assert missing_keys(cut, cls) == [key]
+        with pytest.raises(ConfigError, match=rf"lacks \['{key}'\], which every version"):
+            cls.from_dict(cut)

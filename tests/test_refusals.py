@@ -111,6 +111,39 @@ def _no_checkpoint(run: Path) -> None:
     (run / "checkpoint.pt").unlink()
 
 
+def _drop_config_keys(run: Path) -> None:
+    """A config.json cut short: without two keys that every version of ella wrote."""
+    data = json.loads((run / "config.json").read_text())
+    del data["train_size"], data["test_size"]
+    (run / "config.json").write_text(json.dumps(data))
+
+
+def _fc_per_channel_checkpoint(run: Path) -> None:
+    """The checkpoint of ella 0.2, whose FC paths held one tensor per channel."""
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt["model"]["layer1.paths.fc.pixel_maps.0.weight"] = torch.zeros(2, 2)
+    torch.save(ckpt, run / "checkpoint.pt")
+
+
+def _unfinished_fc_per_channel_checkpoint(run: Path) -> None:
+    _fc_per_channel_checkpoint(run)
+    (run / "results.json").unlink()
+
+
+def _selection(run: Path, **changes) -> None:
+    """A finished path_selection.json with ``changes``."""
+    row = {
+        "dropped": "none", "kept": ["conv", "gconv"], "test_accuracy": 0.5,
+        "log_evidence": -10.0, "log_likelihood": -5.0, "shares": {"conv": 50.0, "gconv": 50.0},
+    }  # fmt: skip
+    record = {
+        "epochs": 2, "paths": ["conv", "gconv"], "kept": ["conv", "gconv"], "finished": True,
+        "rounds": [{"kept": ["conv", "gconv"], "rows": [row], "winner": "none"}],
+        "null": {"log_likelihood": -20.0, "log_evidence": -21.0},
+    }  # fmt: skip
+    (run / "path_selection.json").write_text(json.dumps({**record, **changes}))
+
+
 # (name, prepare(run) or None, argv with RUN for the run's directory, status, needles)
 CASES = [
     ("shift beyond the image", None, ["train", *TINY, "--augment-shift", "1000"], 1,
@@ -146,7 +179,9 @@ CASES = [
      ["results.json is incomplete, changed"]),
     ("results with a broken layer row",
      lambda r: _edit_json(r / "results.json", effective_parameters=[{"layer": 1}]),
-     ["report", "RUN"], 1, ["results.json is incomplete, changed"]),
+     ["report", "RUN"], 1, ["results.json is not as ella writes it",
+     "effective_parameters[0].layer should be a string, found the number 1",
+     "--resume to write it again"]),
     ("results.json a directory", _results_directory, ["train", "--out", "RUN", "--resume"], 1,
      ["results.json is not a file"]),
     ("a group too large to measure", None,
@@ -191,6 +226,31 @@ CASES = [
     ("a rerun of a run stopped before its first checkpoint", _stopped_before_checkpoint,
      ["train", *TINY, "--out", "RUN"], 1,
      ["stopped before its first checkpoint", "--resume to start it again", "--overwrite"]),
+    ("config without keys every version wrote", _drop_config_keys,
+     ["train", "--out", "RUN", "--resume"], 1,
+     ["config.json", "it lacks ['test_size', 'train_size']", "restore it from a copy"]),
+    ("--resume of a finished run of ella 0.2", _fc_per_channel_checkpoint,
+     ["train", "--out", "RUN", "--resume"], 1,
+     ["ella 0.2 or earlier", "its run is finished", "nothing to resume",
+      "--overwrite would discard its results"]),
+    ("--resume of an unfinished run of ella 0.2", _unfinished_fc_per_channel_checkpoint,
+     ["train", "--out", "RUN", "--resume"], 1,
+     ["ella 0.2 or earlier", "Finish the run with ella 0.2", "--overwrite"]),
+    ("a selection whose kept paths are a string",
+     lambda r: _selection(r, kept="conv+gconv"), ["report", "RUN"], 1,
+     ["path_selection.json is not as ella writes it",
+      "kept should be a list of strings, found the string 'conv+gconv'", "--overwrite"]),
+    ("a selection whose rounds are strings", lambda r: _selection(r, rounds=["a", "b"]),
+     ["report", "RUN"], 1, ["path_selection.json", "rounds[0] should be an object"]),
+    ("a selection whose winner is no row",
+     lambda r: _selection(r, rounds=[{"kept": [], "rows": [], "winner": "conv"}]),
+     ["report", "RUN"], 1, ["path_selection.json", "round 1's winner 'conv' is none of its rows"]),
+    ("an --out name too long for the file system", None,
+     ["train", *TINY, "--out", "RUN/" + "a" * 300], 1,
+     ["a name in it is too long for the file system", "300 bytes", "choose a shorter --out"]),
+    ("a run beside a file of the user's", lambda r: (r / "notes.txt").write_text("mine"),
+     ["train", *TINY, "--out", "RUN"], 1,
+     ["holds an ella run beside files ella did not write: notes.txt", "move them out"]),
     ("--resume of a run without a checkpoint but with metrics", _no_checkpoint,
      ["train", "--out", "RUN", "--resume"], 1,
      ["no checkpoint at", "start the run again with --overwrite"]),

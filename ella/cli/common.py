@@ -36,6 +36,7 @@ from ella.rundir import (
     check_run_directory,
     new_run_directory,
     read_json,
+    refuse_unusable_name,
     remove_if_unused,
     resume_note,
     run_lock,
@@ -266,6 +267,7 @@ def _prepare_run(
         stack.enter_context(run_lock(out))
         return out, config
     out = Path(args.out)
+    refuse_unusable_name(out)
     if not args.resume:  # refused options leave no directory behind
         config = config_from_args(args, config_cls)
         resolve_device(config.device)

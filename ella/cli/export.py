@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ella.cli.common import reports_errors
 from ella.errors import RunDirectoryError
-from ella.rundir import EXPORT_THRESHOLD, EXPORTED, run_lock
+from ella.rundir import EXPORT_THRESHOLD, EXPORTED, refuse_unusable_name, run_lock
 
 
 @reports_errors
@@ -17,6 +17,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / EXPORTED
+    refuse_unusable_name(out)
     if out.exists():  # checked before the run is loaded and measured
         raise RunDirectoryError(f"{out} exists; choose another --out (nothing was written)")
     into_run = out.absolute().parent.resolve() == run_dir.resolve()

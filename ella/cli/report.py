@@ -23,7 +23,7 @@ from ella.rundir import (
     read_json,
     run_lock,
 )
-from ella.schemas import RESULTS_FILE, check
+from ella.schemas import check, results_schema
 
 if TYPE_CHECKING:  # the loop and laplace-torch load only when a run is measured
     from ella.train.runs import TrainedRun
@@ -57,7 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if "effective_parameters" not in results:
         raise CheckpointError(f"{path} is not the results file of an ella run")
-    check(results, RESULTS_FILE, path, RESULTS_FIX)
+    check(results, results_schema(results), path, RESULTS_FIX)
     if args.path_outputs and not results["effective_parameters"]:
         raise ConfigError(
             f"--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "

@@ -35,7 +35,7 @@ from torch.utils.data import TensorDataset
 
 from ella.data import transforms as T
 from ella.data.files import DataFileError, data_root, read_idx, verified_path
-from ella.errors import InputDataError
+from ella.errors import ConfigError, InputDataError
 
 EMBEDDED_MNIST = "mnist_subset.npz"
 _IDX_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
@@ -159,7 +159,7 @@ def parse_name(name: str) -> tuple[str | None, str]:
     variant, _, base = key.partition("_")
     if variant in VARIANTS and base in BASES:
         return variant, base
-    raise ValueError(
+    raise ConfigError(
         f"unknown dataset {name!r}; use a base ({', '.join(BASES)}) optionally prefixed by a "
         f"variant ({', '.join(VARIANTS)}), e.g. rotated_mnist"
     )

@@ -432,12 +432,12 @@ class Trainer(AlternatingRun):
             "processes": self.world.size,
             "config": self.config.to_dict(),
         }
-        if self.world.is_main:
-            save_json(results, self.out / "results.json")
+        if self.world.is_main:  # results.json last: a run is finished once it is there
             if results["effective_parameters"]:  # networks with relaxed layers
                 save_figure(results, self.out / "effective_parameters.png")
             if results["eta_history"]:
                 save_eta_figure(results, self.out / "eta.png")
+            save_json(results, self.out / "results.json")
         results["table"] = format_table(results)
         return results
 

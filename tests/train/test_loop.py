@@ -247,3 +247,24 @@ def test_the_epoch_bar_shows_the_data_fit_apart_from_the_prior_term(tmp_path, ca
     assert shown["nll"] == f"{rows[-1]['train_nll']:.3f}" and "loss" not in shown
     assert shown["acc"] == f"{rows[-1]['train_accuracy']:.3f}"
     assert "Computing Hessian" not in capsys.readouterr().err
+
+
+def test_a_run_is_finished_only_once_its_figures_are_written(tmp_path, monkeypatch):
+    """results.json is written last: a figure that cannot be written leaves the run
+    unfinished (resumable), never counted as finished without it."""
+    import ella.train.loop
+    from ella.errors import FileWriteError
+
+    def no_space(results, path):
+        raise FileWriteError(f"could not write {path}: the disk is full")
+
+    monkeypatch.setattr(ella.train.loop, "save_figure", no_space)
+    config = tiny_config(epochs=1)
+    with pytest.raises(FileWriteError, match="effective_parameters.png"):
+        Trainer(config, tmp_path / "run").run()
+    assert not (tmp_path / "run" / "results.json").exists()
+    monkeypatch.undo()
+    Trainer(config, tmp_path / "run").run(resume=True)
+    assert {"results.json", "effective_parameters.png"} <= {
+        p.name for p in (tmp_path / "run").iterdir()
+    }
