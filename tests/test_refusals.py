@@ -443,6 +443,28 @@ def test_a_held_run_directory_is_refused_naming_its_holder(run, capsys):
         holder.wait()
 
 
+def test_report_and_export_write_nothing_into_a_held_run_directory(run, capsys):
+    """While another process holds the run (a running ella select), ella report prints but
+    redraws nothing, refuses the measurements that write there, and ella export into it is
+    refused; exporting elsewhere is not."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(run)
+        assert main(["report", str(run)]) == 0
+        assert f"(figures not redrawn: pid {holder.pid} holds {run})" in capsys.readouterr().out
+        held = f"in use by another ella process (pid {holder.pid})"
+        argv = ["report", str(run), "--symmetry", "C4"]
+        refused(capsys, argv, 1, held, "when that process has ended")
+        refused(capsys, ["export", str(run)], 1, "in use by another ella process")
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_the_lock_nests_within_a_process_and_never_counts_as_a_users_file(tmp_path):
     from ella.rundir import check_run_directory, holds_run
 

@@ -336,7 +336,15 @@ def test_report_shows_a_finished_selection_again(tmp_path, monkeypatch, capsys):
     run = write_config(tmp_path / "run")
     monkeypatch.setattr(selection, "train_on", fake_train_on([]))
     record = selection.select(run, epochs=3)
-    (run / "results.json").write_text(json.dumps({"effective_parameters": []}))
+    results = {  # what every version of ella train wrote (ella.schemas.RESULTS_FILE)
+        "effective_parameters": [], "effective_parameters_other": [], "prior_precision": {},
+        "prior_variance": {}, "log_marglik": [-1.0], "log_marglik_epochs": [1],
+        "test_accuracy": 0.5, "test_nll": 1.0, "final_test_accuracy": 0.5,
+        "final_test_nll": 1.0, "reported_state": "final", "reported_epoch": 1,
+        "log_marglik_reported_state": -1.0, "parameters": 10, "train_size": 8,
+        "test_size": 8, "epochs": 1, "train_time_s": 1.0, "config": {"dataset": "mnist_subset"},
+    }  # fmt: skip
+    (run / "results.json").write_text(json.dumps(results))
     monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=0))
     monkeypatch.setattr(ella.learner.report, "format_table", lambda results: "TABLE")
     assert main(["report", str(run)]) == 0

@@ -57,6 +57,7 @@ from ella.engine.schedule import ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
+from ella.learner.report import save_figure
 from ella.options import option
 from ella.rundir import RESULTS, checkpoint_note
 from ella.train.alternating import (
@@ -129,6 +130,21 @@ class FitResult:
     shares_history: list[dict] = field(default_factory=list)
     training_collapse: dict | None = None
     config: FitConfig | None = None
+
+    def plot(self, path: str | Path) -> Path:
+        """Write the figure ``ella train`` writes (``effective_parameters.png``): stacked bars
+        of each relaxed layer's shares of the effective parameters by path, and beside them
+        the per-parameter measure (:func:`ella.learner.report.save_figure`), as PNG.
+
+        Raises:
+            ConfigError: the model has no relaxed layers, or no evidence was fitted.
+        """
+        if not self.effective_parameters:
+            raise ConfigError(
+                "the result has no per-layer shares to plot: its model has no relaxed layers "
+                "(ella.nn.RelaxedLayer), or no evidence was fitted (learn_priors=False)"
+            )
+        return save_figure(self.as_dict(), path)
 
     def as_dict(self) -> dict:
         """Plain JSON values (everything but the model, the learner and the config)."""

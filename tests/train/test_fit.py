@@ -50,6 +50,9 @@ def test_fit_learns_the_priors_of_a_users_model(tmp_path):
     # the collapse check reads the same rows (None unless a 20-point fall)
     assert saved["training_collapse"] == training_collapse(result.metrics)
     assert all("train_accuracy" in row for row in result.metrics)
+    # the figure ella train writes, from the result (a PNG, whole)
+    png = result.plot(tmp_path / "shares.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and png.endswith(b"IEND\xaeB`\x82")
 
 
 class SimulatedCrashError(Exception):
@@ -162,3 +165,12 @@ def test_bad_options_and_loaders_are_refused_before_any_training():
     streamed = DataLoader(Stream(train.dataset), batch_size=8)
     with pytest.raises(ConfigError, match="map-style dataset.*marglik_subset_size=None"):
         ella.fit(user_model(), streamed, marglik_subset_size=16)
+
+
+def test_a_result_without_relaxed_layers_has_no_figure_to_plot(tmp_path):
+    from ella.train.fit import FitResult
+
+    empty = FitResult(None, None, {}, {}, [], [], [], [])
+    with pytest.raises(ConfigError, match="no per-layer shares to plot"):
+        empty.plot(tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
