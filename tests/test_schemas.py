@@ -267,6 +267,31 @@ def test_a_corrupted_file_is_read_alike_or_refused_by_name(selected_run, tmp_pat
 
 
 @pytest.mark.slow
+def test_a_corrupted_checkpoint_is_resumed_alike_or_refused_by_name(selected_run, tmp_path):
+    """The checkpoint of a finished run, read by --resume (which loads and checks it)."""
+    scratch = tmp_path / "run"
+    argv = ["train", "--out", str(scratch), "--resume", "--no-progress"]
+    shutil.copytree(selected_run, scratch)
+    expected = ella(argv)
+    assert expected[0] == 0, expected[2]
+    original, strategy = _torch_file(selected_run / "checkpoint.pt")
+
+    @PROPERTY
+    @given(strategy)
+    def read(corruption):
+        what, _, data = corruption
+        (scratch / "checkpoint.pt").write_bytes(data)
+        code, out, err = ella(argv)
+        assert "Traceback" not in err, (what, err)
+        if code == 0:
+            assert out == expected[1], (what, out)
+        else:
+            assert code == 1 and "checkpoint.pt" in err, (what, err)
+
+    read()
+
+
+@pytest.mark.slow
 def test_a_corrupted_export_is_loaded_alike_or_refused_by_name(selected_run, tmp_path):
     path = tmp_path / "exported.pt"
     net = load_exported(selected_run)
