@@ -214,7 +214,10 @@ def _n_examples(loader: Iterable) -> int:
             "Dataset"
         ) from None
     if n == 0:
-        raise ConfigError("the training data set is empty")
+        raise ConfigError(
+            "train_loader's data set is empty: ella.fit needs at least one training example "
+            "(check the split or the filter that made it)"
+        )
     return n
 
 
