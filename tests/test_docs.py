@@ -218,3 +218,67 @@ def test_the_per_layer_reliability_is_the_one_its_results_give():
     text = GUIDE.read_text()
     assert splice_between(text, BEGIN, END, reliability_table(payload)) == text
     assert payload["claims"]["per_layer_reliability"] == PER_LAYER_RELIABILITY
+
+
+#: a results file named in prose: ``experiments/results/...`` or ``benchmarks/results/...``,
+#: optionally as it was at a commit (``git show SHA:path``)
+RESULTS_REFERENCE = re.compile(
+    r"(?:git show (?P<commit>[0-9a-f]{7,40}\^?):)?"
+    r"(?P<path>(?:experiments|benchmarks)/results/[A-Za-z0-9_./{},*-]*[A-Za-z0-9_/}*])"
+)
+#: the pages that name results files: the README, the documentation and the folders' READMEs
+#: (not the changelog, whose lines are history: docs/changelog.md links CHANGELOG.md)
+PAGES = [README, *sorted(p for p in DOCS.rglob("*.md") if not p.is_symlink()),
+         *sorted(ROOT.glob("*/README.md"))]  # fmt: skip
+
+
+def _expanded(path: str) -> list[str]:
+    """``a.{json,md}`` -> ``["a.json", "a.md"]``."""
+    found = re.search(r"\{([^}]*)\}", path)
+    if not found:
+        return [path]
+    return [
+        p
+        for part in found.group(1).split(",")
+        for p in _expanded(path[: found.start()] + part + path[found.end() :])
+    ]
+
+
+def missing_results(text: str) -> list[str]:
+    """The results files ``text`` names that are neither in the tree (a glob must match) nor,
+    where it names a commit, in that commit; placeholders (``NAME``, ``DIR``) aside."""
+    import subprocess
+
+    missing = []
+    for found in RESULTS_REFERENCE.finditer(text):
+        for path in _expanded(found["path"]):
+            if re.search(r"\b[A-Z]{3,}\b", path):  # NAME.json, DIR: a placeholder
+                continue
+            if found["commit"]:
+
+                def known(obj: str) -> bool:
+                    done = subprocess.run(["git", "cat-file", "-e", obj], cwd=ROOT,
+                                          capture_output=True)  # fmt: skip
+                    return done.returncode == 0
+
+                # a clone without that history (shallow) cannot tell: not counted missing
+                exists = known(f"{found['commit']}:{path}") or not known(found["commit"])
+            else:
+                exists = any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+            if not exists:
+                missing.append(path)
+    return missing
+
+
+def test_the_results_reference_pattern_expands_and_spares_placeholders():
+    assert _expanded("b/results/x.{json,md}") == ["b/results/x.json", "b/results/x.md"]
+    assert missing_results("see `benchmarks/results/NAME.json` and experiments/results/.") == []
+    assert missing_results("(`experiments/results/no_such_file.md`).") == [
+        "experiments/results/no_such_file.md"
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_results_file_a_page_names_exists(page):
+    missing = missing_results(page.read_text())
+    assert not missing, f"{page.relative_to(ROOT)} names results files that do not exist: {missing}"
