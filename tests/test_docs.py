@@ -8,6 +8,7 @@ directory; the README stays short, current and free of dates and commit hashes.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -282,3 +283,70 @@ def test_the_results_reference_pattern_expands_and_spares_placeholders():
 def test_every_results_file_a_page_names_exists(page):
     missing = missing_results(page.read_text())
     assert not missing, f"{page.relative_to(ROOT)} names results files that do not exist: {missing}"
+
+
+# ---------------------------------------------------------------- the API reference
+API = DOCS / "api"
+#: the packages whose ``__all__`` is public API
+PACKAGES = ["ella", *sorted(f"ella.{p.parent.name}" for p in (ROOT / "ella").glob("*/__init__.py"))]
+
+
+def _api_entries() -> set[str]:
+    """The objects the API pages document (``::: dotted.path``)."""
+    return {
+        name
+        for page in API.glob("*.md")
+        for name in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)
+    }
+
+
+def _names_of(package: str, name: str) -> set[str]:
+    """The dotted paths under which ``package.name`` may be documented: where it is defined
+    (its module, or a module of the package that holds the same object), any public package
+    that exports it, and those modules as a whole."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    obj = getattr(importlib.import_module(package), name)
+    homes = {package}
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        homes.add(obj.__module__)
+    else:  # a constant: the modules of the package that define it
+        path = getattr(importlib.import_module(package), "__path__", [])
+        for info in pkgutil.iter_modules(path, f"{package}."):
+            if not info.name.endswith("__main__"):
+                module = importlib.import_module(info.name)
+                if getattr(module, name, None) is obj:
+                    homes.add(info.name)
+    homes |= {p for p in PACKAGES if getattr(importlib.import_module(p), name, None) is obj}
+    return {f"{home}.{name}" for home in homes} | homes
+
+
+def test_every_public_name_has_an_entry_in_the_api_reference():
+    import importlib
+
+    entries = _api_entries()
+    missing = [
+        f"{package}.{name}"
+        for package in PACKAGES
+        for name in getattr(importlib.import_module(package), "__all__", [])
+        if not _names_of(package, name) & entries
+    ]
+    assert not missing, f"no entry in docs/api/ for {missing}: add a '::: path' line"
+
+
+def test_the_configuration_field_tables_are_the_classes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "config_tables", ROOT / "tools" / "config_tables.py"
+    )
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    assert tables.main(["--check"]) == 0, "run python tools/config_tables.py"
+    for page, classes in tables.TABLES.items():
+        text = (ROOT / page).read_text()
+        for cls, _ in classes:
+            for field in (f.name for f in dataclasses.fields(cls)):
+                assert f"| `{field}` |" in text, f"{page} has no row for {cls.__name__}.{field}"

@@ -319,6 +319,15 @@ OPTIMIZER_HELP: dict[str, str] = {
 SCHEDULE_HELP: dict[str, str] = {
     **OPTIMIZER_HELP,
     "learn_priors": "learn the prior precisions by marginal likelihood (--no-learn-priors: MAP)",
+    "marglik_batch_size": "batch size of the evidence fit",
+    "marglik_subset_size": "fit the evidence on this many training images, drawn afresh "
+    "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
+    "whole training set (Immer et al., ICML 2023); unset: all training images",
+    "subset_control": "control variate of the subset evidence (--marglik-subset-size): "
+    "scale the subset's curvature by the mean of 1 - sum p^2 over all training images against "
+    "the subset's (a ratio estimator): training (the training passes' traces, each older "
+    "epoch's weight halved; free), "
+    "forward (a pass over all training images at each round) or none",
     "prior_structure": "prior groups: layer_path (one per layer and path), tensor (one per "
     "parameter tensor) or scalar (one in all)",
     "prior_precision": "initial prior precision of every group",

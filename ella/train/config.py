@@ -270,15 +270,6 @@ HELP: dict[str, str] = {
     "augerino_reg": "Augerino: weight of -||eta|| in the training loss",
     "invariance_marglik_size": "training images (the first N) in each evidence step for eta",
     "batch_size": "minibatch size for the weights",
-    "marglik_batch_size": "batch size of the evidence fit",
-    "marglik_subset_size": "fit the evidence on this many training images, drawn afresh "
-    "(class-balanced) at every evidence round, with likelihood and curvature scaled to the "
-    "whole training set (Immer et al., ICML 2023); unset: all training images",
-    "subset_control": "control variate of the subset evidence (--marglik-subset-size): "
-    "scale the subset's curvature by the mean of 1 - sum p^2 over all training images against "
-    "the subset's (a ratio estimator): training (the training passes' traces, each older "
-    "epoch's weight halved; free), "
-    "forward (a pass over all training images at each round) or none",
     "device": "torch device, e.g. cpu or cuda (may change on --resume)",
     "precision": "arithmetic of the training steps: fp32, tf32 (float32 tensors, TF32 matrix "
     "units on a GPU that has them) or bf16 (autocast to bfloat16 where it is safe); the "

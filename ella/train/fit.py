@@ -53,7 +53,7 @@ from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.health import training_collapse
 from ella.engine.recipe import LOOP_CONTROL
-from ella.engine.schedule import ScheduleConfig, make_optimizer
+from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
@@ -70,7 +70,16 @@ from ella.train.alternating import (
     seeds_its_order,
 )
 
-__all__ = ["FitConfig", "FitResult", "FitRun", "fit"]
+__all__ = ["FIT_HELP", "FitConfig", "FitResult", "FitRun", "fit"]
+
+
+#: what each option of :class:`FitConfig` (a keyword of :func:`fit`) means
+FIT_HELP: dict[str, str] = {
+    **SCHEDULE_HELP,
+    "likelihood": "classification (logits and integer labels, cross-entropy) or regression "
+    "(outputs and targets, a Gaussian likelihood)",
+    "sigma_noise": "the Gaussian likelihood's noise scale (regression)",
+}
 
 
 @dataclass
