@@ -8,7 +8,9 @@ directory; the README stays short, current and free of dates and commit hashes.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import io
 import re
 from pathlib import Path
 
@@ -31,6 +33,49 @@ def python_blocks(page: Path) -> list[str]:
     return BLOCK.findall(page.read_text())
 
 
+#: a Python block, then one paragraph that begins "prints", then the ```text block of what
+#: it prints
+PRINTED = re.compile(
+    r"^```python\n((?:(?!```).)*?)^```\n\n(prints[^\n]*(?:\n[^\n]+)*)\n\n^```text\n(.*?)^```",
+    re.S | re.M,
+)
+
+
+def printed_outputs(page: Path) -> dict[str, str]:
+    """The blocks of ``page`` that say what they print: block -> what it prints."""
+    return {block: output for block, _, output in PRINTED.findall(page.read_text())}
+
+
+def same_printout(actual: str, expected: str) -> bool:
+    """Whether ``actual`` prints what ``expected`` says: the same words, and each number
+    within 2 or 5% of the stated one (a training run's figures move by a few tenths
+    between processors' floating-point kernels)."""
+    number = r"-?\d+(?:\.\d+)?"
+    a, e = re.split(f"({number})", actual.strip()), re.split(f"({number})", expected.strip())
+    if len(a) != len(e):
+        return False
+    for x, y in zip(a, e, strict=True):
+        if re.fullmatch(number, y):
+            if not re.fullmatch(number, x) or abs(float(x) - float(y)) > max(
+                2, 0.05 * abs(float(y))
+            ):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def test_a_printout_is_compared_by_words_and_numbers_within_tolerance():
+    assert same_printout("test accuracy 78.4%\nkeeps CONV", "test accuracy 77.9%\nkeeps CONV")
+    assert not same_printout("test accuracy 71.0%\nkeeps CONV", "test accuracy 77.9%\nkeeps CONV")
+    assert not same_printout("test accuracy 77.9%\nkeeps GCONV", "test accuracy 77.9%\nkeeps CONV")
+
+
+#: what a block that says its printout printed, by its text: a page that repeats the
+#: README's quickstart runs it once
+_PRINTED_BY: dict[str, str] = {}
+
+
 def test_the_guide_has_its_pages():
     assert (DOCS / "guide").is_dir(), "docs/guide/ is missing"
     assert len(EXAMPLE_PAGES) > 5
@@ -47,9 +92,21 @@ def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     namespace: dict = {"__name__": "__main__"}
+    says = printed_outputs(page)
     for number, block in enumerate(blocks, 1):
         code = compile(block, f"{page.relative_to(ROOT)}, Python block {number}", "exec")
-        exec(code, namespace)
+        if block not in says:
+            exec(code, namespace)
+            continue
+        if block not in _PRINTED_BY:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(code, namespace)
+            _PRINTED_BY[block] = out.getvalue()
+        assert same_printout(_PRINTED_BY[block], says[block]), (
+            f"{page.relative_to(ROOT)}, Python block {number} printed\n{_PRINTED_BY[block]}"
+            f"where the page says\n{says[block]}"
+        )
 
 
 def test_the_readme_is_short_and_current():
