@@ -172,6 +172,7 @@ class MovedOption(argparse.Action):
         self.moved = moved
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
+        """Refuse the moved option, naming the command that replaces it (exit status 2)."""
         parser.error(
             f"{option_string} moved to its own command: ella report only reports, and "
             f"selecting paths by the evidence trains candidate networks; use `{self.moved}`"

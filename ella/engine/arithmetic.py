@@ -78,6 +78,7 @@ class CompiledOrEager:
         self.announce = announce
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's output, from the compiled module while it compiles and runs."""
         if self.compiled is None:
             return self.module(*args, **kwargs)
         if self.announce:

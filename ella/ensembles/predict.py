@@ -56,6 +56,7 @@ def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, bins: 
     Args:
         probs: (N, K) predictive probabilities.
         labels: (N,) true classes.
+        bins: the number of equal-width confidence bins in [0, 1].
     """
     confidence, predicted = probs.max(-1)
     correct = (predicted == labels).to(probs.dtype)

@@ -70,10 +70,12 @@ def augment_with_group(
     """Augment a batch by a group.
 
     Args:
-        x: images (B, C, H, W); y: labels (B,).
+        x: images (B, C, H, W).
+        y: labels (B,).
         mode: ``none``; ``orbit`` (all ``g . x``, identity first, so (|G| B, ...));
             ``sampled`` (``g_b . x_b`` with ``g_b`` uniform on ``G``, drawn from ``generator``).
         group: the group (C4/D4 exact, C<N> interpolated rotations).
+        generator: the random numbers of ``sampled`` (torch's global ones where None).
 
     Returns:
         The augmented images and their labels.
@@ -101,7 +103,8 @@ def member_features(
     Args:
         method: ``de``, ``weight_rde``, ``function_rde`` or ``forde``.
         ensemble: the members.
-        x: images (B, C, H, W); y: labels (B,).
+        x: images (B, C, H, W).
+        y: labels (B,).
         metric: FoRDE lengthscales (default identity).
 
     Returns:

@@ -610,6 +610,8 @@ def fit(
         resume: continue the run in ``out`` from its checkpoint (the same model
             architecture, loaders and configuration).
         overwrite: start again in an ``out`` that holds a run.
+        **options: the fields of :class:`FitConfig` by name, instead of ``config`` (the API
+            reference lists them with their defaults).
 
     Returns:
         A :class:`FitResult`.
