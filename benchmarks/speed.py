@@ -29,7 +29,7 @@ subset at 28x28), measured side by side because these machines are noisy:
 
     python -m benchmarks.speed                 # cpu profile, about 14 minutes on 2 cores
     python -m benchmarks.speed --profile paper # the paper's sizes (60000 images, GPU)
-    python -m benchmarks.speed --profile gpu --device cuda --data-dir DIR  # _speed_gpu.py
+    python -m benchmarks.speed --profile gpu --device cuda --data-dir DIR  # speed_gpu.py
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def main() -> None:
         help="MAP / ELLA pairs at ella train's defaults, run in turns; ella_over_map is "
         "the median of their ratios (default: 3)",
     )
-    # the gpu profile's (benchmarks/_speed_gpu.py)
+    # the gpu profile's (benchmarks/speed_gpu.py)
     parser.add_argument("--device", default="cpu", help="gpu profile: torch device (cuda)")
     parser.add_argument("--data-dir", default=None, help="gpu profile: MNIST's folder")
     parser.add_argument(
@@ -283,9 +283,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.profile == "gpu":
-        from benchmarks import _speed_gpu
+        from benchmarks import speed_gpu
 
-        _speed_gpu.main(args)
+        speed_gpu.main(args)
         return
     if args.pairs < 1:
         parser.error(f"--pairs must be at least 1, got {args.pairs}")
