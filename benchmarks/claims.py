@@ -1,5 +1,6 @@
 """The claims tables of README.md ("What reproduces") and docs/reproducing.md ("At a glance"),
-written from the committed results files, not typed.
+and the guide's table of how often the evidence's choice of paths follows the data
+(docs/guide/symmetry.md), written from the committed results files, not typed.
 
     python -m benchmarks.claims            # rewrite both tables
     python -m benchmarks.claims --check    # exit 1, printing a diff, where a file differs
@@ -601,6 +602,161 @@ def all_claims(root: Path = ROOT) -> list[Claim]:
     ]
 
 
+# ---------------------------------------------------------------- the guide's reliability
+GUIDE = Path("docs/guide/symmetry.md")
+SELECT_1000 = ("experiments/results/path_select.json",
+               "experiments/results/path_select_seed1/path_select.json")  # fmt: skip
+SELECT_TABLE1 = "experiments/results/path_select_table1/path_select_table1.json"
+MINIATURE = "experiments/results/miniature.jsonl"
+RECORD_ONLY = "the record's figures; its results file is not committed"
+
+
+def follows_rotation(upright: Iterable[str], rotated: Iterable[str]) -> bool:
+    """The rule for MNIST against rotated MNIST: the evidence follows the data's symmetry
+    where it keeps CONV on the upright digits and drops it on the rotated ones, keeping
+    GCONV there (``upright``, ``rotated``: the paths kept, or the winner of two)."""
+    upright, rotated = set(upright), set(rotated)
+    return "conv" in upright and "conv" not in rotated and "gconv" in rotated
+
+
+def follows_position(digit: Iterable[str], quadrant: Iterable[str]) -> bool:
+    """The rule for Table 1's tasks: FC, which sees where a digit is, kept on (digit,
+    quadrant), whose label needs the position, and dropped on digit alone."""
+    return "fc" in set(quadrant) and "fc" not in set(digit)
+
+
+def over_seeds(follows: Sequence[bool]) -> str:
+    """A row's answer from each seed's: "yes, both seeds", "no, at either seed", or how many."""
+    n, k = len(follows), sum(follows)
+    if k == n:
+        return "yes, both seeds" if n == 2 else f"yes, all {n} seeds"
+    if k == 0:
+        return "no, at either seed" if n == 2 else f"no, at none of {n} seeds"
+    return f"mixed: at {k} seed{'s' if k > 1 else ''} of {n}"
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """One row of the guide's table "How often it follows the data"."""
+
+    question: str
+    size: str
+    answer: str
+    records: str
+
+
+def _record(number: str, slug: str) -> str:
+    return f"[{number}](../research/{number}-{slug}.md)"
+
+
+def _selection_rows(root: Path, path: str) -> dict[tuple[str, int], dict]:
+    rows = json.loads((root / path).read_text())["rows"]
+    return {(r.get("dataset") or r["task"], r["seed"]): r for r in rows}
+
+
+def reliability_rows(root: Path = ROOT) -> list[Reliability]:
+    """The guide's reliability table: rows read from results files by one rule each
+    (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`), and the rows
+    whose results files are not committed, quoted from their records and marked so."""
+    for path in (*SELECT_1000, SELECT_TABLE1, MINIATURE):
+        if not (root / path).is_file():
+            raise SystemExit(f"{path} is missing: it is committed with its record")
+    r0016 = _record("0016", "evidence-ranks-single-path-mixers")
+    r0017 = _record("0017", "dropping-a-path")
+    r0018 = _record("0018", "greedy-path-selection")
+    rows = [
+        Reliability("CONV-only against GCONV-only, each trained from scratch",
+                    "1,000, the default mixer",
+                    f"undecided (seeds 0-4 disagree; {RECORD_ONLY})", r0016),
+        Reliability("the same", "5,000, the default mixer",
+                    f"yes, both seeds ({RECORD_ONLY})", r0016),
+    ]  # fmt: skip
+    # the miniature: single-path networks after 300 epochs, by KFAC and by the full GGN
+    checks = [json.loads(line) for line in (root / MINIATURE).read_text().splitlines()]
+    checks = [c for c in checks if c["kind"] == "check" and c["budget"]["train_size"] == 2000]
+    answers = []
+    for reading in ("kfac", "full"):
+        flags = []
+        for seed in sorted({c["seed"] for c in checks}):
+            winner = {}
+            for dataset in ("mnist", "rotated_mnist"):
+                runs = [c for c in checks if c["seed"] == seed and c["dataset"] == dataset]
+                best = max(runs, key=lambda c: c["readings"][reading]["at_optimum"]["log_evidence"])
+                winner[dataset] = best["paths"]
+            flags.append(follows_rotation(winner["mnist"], winner["rotated_mnist"]))
+        answers.append(f"{over_seeds(flags)} by {'KFAC' if reading == 'kfac' else 'the full GGN'}")
+    rows.append(Reliability(
+        "the same, trained 300 epochs to convergence", "2,000, a 1,160-parameter mixer",
+        "; ".join(answers), _record("0039", "the-paper-regime-in-miniature"),
+    ))  # fmt: skip
+    rows += [
+        Reliability("drop one path, train on 20 epochs (`--drop-only`)", "5,000, CONV+GCONV",
+                    f"yes: CONV dropped on rotated MNIST only, both seeds ({RECORD_ONLY})",
+                    r0017),
+        Reliability("the same", "5,000, FC+CONV+GCONV",
+                    "no: seed 0 keeps every path on both sets, seed 1 drops CONV on both "
+                    f"({RECORD_ONLY})", r0017),
+    ]  # fmt: skip
+    selected: dict[tuple[str, int], dict] = {}
+    for path in SELECT_1000:
+        selected.update(_selection_rows(root, path))
+    seeds = sorted({seed for dataset, seed in selected if dataset == "mnist"})
+    flags = [follows_rotation(selected["mnist", s]["kept"], selected["rotated_mnist", s]["kept"])
+             for s in seeds]  # fmt: skip
+    below = all(
+        r["selected"]["log_evidence"] < r["null"]["log_evidence"]
+        for (dataset, _), r in selected.items()
+        if dataset in ("mnist", "rotated_mnist")
+    )
+    kept = "; ".join(
+        f"seed {s}: {'+'.join(selected['mnist', s]['kept']).upper()} upright, "
+        f"{'+'.join(selected['rotated_mnist', s]['kept']).upper()} rotated"
+        for s in seeds
+    )
+    answer = f"{over_seeds(flags)} ({kept})"
+    if below:
+        answer += "; every selected network's evidence below that of no network"
+    rows += [
+        Reliability("greedy selection (`ella select`)", "1,000, Table 3's mixer", answer, r0018),
+        Reliability("the same", "5,000, the default mixer",
+                    f"mixed: at 1 seed of 2 (seed 0 keeps every path on rotated MNIST; "
+                    f"{RECORD_ONLY})", r0018),
+    ]  # fmt: skip
+    table1 = _selection_rows(root, SELECT_TABLE1)
+    seeds = sorted({seed for _, seed in table1})
+    flags = [follows_position(table1["digit", s]["kept"], table1["quadrant", s]["kept"])
+             for s in seeds]  # fmt: skip
+    rows.append(Reliability(
+        "the same, Table 1's two tasks", "4,000, FC+CONV",
+        f"{over_seeds(flags)}: FC kept on (digit, quadrant) only",
+        f"{_record('0019', 'table1-as-path-selection')}, {_record('0020', 'how-deep-fc-reaches')}",
+    ))  # fmt: skip
+    return rows
+
+
+GUIDE_LEGEND = textwrap.fill(
+    "Rows with a results file are read from it by `python -m benchmarks.claims`, by one "
+    "rule: on MNIST against rotated MNIST the evidence follows the data where it keeps CONV "
+    "on the upright digits and drops it on the rotated ones, keeping GCONV there; on Table "
+    "1's tasks where it keeps FC on (digit, quadrant) and drops it on digit. Rows marked "
+    "as the record's quote their record, whose results file is not committed.",
+    width=92,
+    break_on_hyphens=False,
+)
+
+
+def reliability_table(root: Path = ROOT) -> str:
+    lines = [
+        "| question | training images, network | follows the data's symmetry? | record |",
+        "|---|---|---|---|",
+        *(
+            f"| {r.question} | {r.size} | {r.answer} | {r.records} |"
+            for r in reliability_rows(root)
+        ),
+    ]
+    return "\n".join([*lines, "", GUIDE_LEGEND])
+
+
 # ---------------------------------------------------------------- tables
 
 LEGEND = textwrap.fill(
@@ -646,7 +802,11 @@ def glance_table(claims: Sequence[Claim]) -> str:
 def blocks(root: Path = ROOT) -> dict[Path, str]:
     """What lies between the markers of each file (relative to ``root``)."""
     claims = all_claims(root)
-    return {README: readme_table(claims), REPRODUCING: glance_table(claims)}
+    return {
+        README: readme_table(claims),
+        REPRODUCING: glance_table(claims),
+        GUIDE: reliability_table(root),
+    }
 
 
 def render(root: Path = ROOT) -> dict[Path, tuple[str, str]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -594,7 +594,7 @@ def fit(
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    **options,
+    **options: Any,
 ) -> FitResult:
     """Train ``model`` with learned layer-wise priors (the alternating ELLA loop).
 

@@ -159,8 +159,8 @@ def test_only_the_text_between_the_markers_is_replaced():
 def test_check_prints_a_diff_and_writing_touches_nothing_outside_the_markers(tmp_path, capsys):
     for folder in ("benchmarks", "experiments"):
         (tmp_path / folder).symlink_to(ROOT / folder)
-    (tmp_path / "docs").mkdir()
-    for name in (claims.README, claims.REPRODUCING):
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    for name in (claims.README, claims.REPRODUCING, claims.GUIDE):
         shutil.copy(ROOT / name, tmp_path / name)
     readme = tmp_path / claims.README
     good = readme.read_text()
@@ -179,3 +179,18 @@ def test_check_prints_a_diff_and_writing_touches_nothing_outside_the_markers(tmp
         "## What reproduces", "## What reproduces, edited by hand", 1
     )
     assert claims.main(["--check"], root=tmp_path) == 0
+
+
+def test_the_reliability_rule_is_written_once_and_read_from_the_selections():
+    assert claims.follows_rotation(["fc", "conv", "gconv"], ["gconv"])
+    assert not claims.follows_rotation(["fc", "gconv"], ["gconv"])  # CONV dropped upright too
+    assert not claims.follows_rotation(["conv"], ["conv", "gconv"])  # CONV kept on rotated
+    assert claims.follows_position(["conv"], ["fc", "conv"])
+    assert not claims.follows_position(["fc", "conv"], ["fc", "conv"])
+    assert claims.over_seeds([True, True]) == "yes, both seeds"
+    assert claims.over_seeds([False, False]) == "no, at either seed"
+    assert claims.over_seeds([True, False]) == "mixed: at 1 seed of 2"
+    rows = {(r.question, r.size): r.answer for r in claims.reliability_rows()}
+    greedy = rows["greedy selection (`ella select`)", "1,000, Table 3's mixer"]
+    assert greedy.startswith("mixed: at 1 seed of 2") and "below that of no network" in greedy
+    assert rows["the same, Table 1's two tasks", "4,000, FC+CONV"].startswith("yes, both seeds")
