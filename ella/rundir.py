@@ -66,6 +66,8 @@ PATH_SELECTION_CANDIDATE = "path_selection_candidate.pt"
 PATH_SELECTION_PER_LAYER = "path_selection_per_layer.json"
 PATH_SELECTION_PER_LAYER_STATE = "path_selection_per_layer.pt"
 PATH_SELECTION_PER_LAYER_CANDIDATE = "path_selection_per_layer_candidate.pt"
+#: the figure of a finished per-layer selection (``ella select --per-layer``, ``ella report``)
+PATH_SELECTION_PER_LAYER_FIGURE = "path_selection_per_layer.png"
 #: ``ella select``: epochs of training on per candidate network
 SELECT_EPOCHS = 20
 #: ``ella export``'s file: the network without the paths its priors switched off
@@ -105,6 +107,7 @@ __all__ = [
     "PATH_SELECTION_CANDIDATE",
     "PATH_SELECTION_PER_LAYER",
     "PATH_SELECTION_PER_LAYER_CANDIDATE",
+    "PATH_SELECTION_PER_LAYER_FIGURE",
     "PATH_SELECTION_PER_LAYER_STATE",
     "PATH_SELECTION_STATE",
     "RESULTS",

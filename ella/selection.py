@@ -52,7 +52,7 @@ from tqdm import tqdm
 from ella.choices import GGN, InvarianceMethod, Likelihood, ModelName, PriorMean
 from ella.distributed import ONE_PROCESS
 from ella.errors import CheckpointError, ConfigError, EllaError, RunDirectoryError
-from ella.io import load_torch, save_json, save_torch
+from ella.io import atomic_write, load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.learner.report import counted, mean_shares, paths_label
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
@@ -870,6 +870,63 @@ def kept_label(kept: list[str]) -> str:
     if list(layers) == [""]:
         return "+".join(layers[""])
     return ", ".join(f"{layer} {'+'.join(paths)}" for layer, paths in layers.items())
+
+
+def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
+    """Each prior group of a per-layer selection: None where it was kept, else the round
+    that dropped it and that drop's gain in log evidence over the round's control."""
+    outcome: dict[str, tuple[int, float] | None] = dict.fromkeys(record["paths"])
+    for number, this in enumerate(record["rounds"], start=1):
+        if this["winner"] not in (None, CONTROL):
+            control = this["rows"][0]["log_evidence"]
+            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
+            outcome[this["winner"]] = (number, row["log_evidence"] - control)
+    return outcome
+
+
+def save_per_layer_figure(record: dict, path: str | Path) -> Path:
+    """A finished per-layer selection as a grid, written as PNG: a row per relaxed layer and
+    a column per path, each kept group dark, each dropped one light with the round that
+    dropped it and the evidence it gained (nats)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outcome = per_layer_outcome(record)
+    layers = list(dict.fromkeys(g.rpartition(".")[0] for g in outcome))
+    paths = [p for p in ALL_PATH_NAMES if any(g.endswith(f".{p}") for g in outcome)]
+    fig, ax = plt.subplots(figsize=(1.6 * len(paths) + 1.5, 0.45 * len(layers) + 1.4))
+    for i, layer in enumerate(layers):
+        for j, name in enumerate(paths):
+            group = f"{layer}.{name}"
+            if group not in outcome:
+                continue
+            dropped = outcome[group]
+            colour = "#1b9e77" if dropped is None else "#e5e5e5"
+            ax.add_patch(plt.Rectangle((j, i), 0.95, 0.9, color=colour))
+            label = (
+                "kept"
+                if dropped is None
+                else f"dropped, round {dropped[0]}\n{dropped[1]:+.0f} nats"
+            )
+            ax.text(j + 0.47, i + 0.45, label, ha="center", va="center", fontsize=8,
+                    color="white" if dropped is None else "black")  # fmt: skip
+    ax.set_xlim(0, len(paths))
+    ax.set_ylim(len(layers), 0)
+    ax.set_xticks([j + 0.47 for j in range(len(paths))], [p.upper() for p in paths])
+    ax.set_yticks([i + 0.45 for i in range(len(layers))], layers)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(
+        f"Paths each layer keeps by the evidence ({record['epochs']} epochs per network)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path = atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=120))
+    plt.close(fig)
+    return path
 
 
 def format_path_selection(record: dict) -> str:

@@ -492,6 +492,13 @@ def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkey
     )
     with pytest.raises(ConfigError, match="leave out one of the two"):
         selection.select(run, epochs=3, per_layer=True, drop_only=True)
+    # its figure: each group kept, or the round that dropped it and the gain
+    assert selection.per_layer_outcome(record) == {
+        "layer1.conv": (1, LAYER_GAINS["layer1.conv"]), "layer1.gconv": None,
+        "layer2.conv": None, "layer2.gconv": (2, LAYER_GAINS["layer2.gconv"]),
+    }  # fmt: skip
+    png = selection.save_per_layer_figure(record, tmp_path / "f.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and png.endswith(b"IEND\xaeB`\x82")
 
 
 @pytest.mark.parametrize("drop_only", [False, True])

@@ -17,6 +17,7 @@ from ella.rundir import (
     PATH_OUTPUTS,
     PATH_SELECTION,
     PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_FIGURE,
     RESULTS,
     RESULTS_FIX,
     lock_holder,
@@ -113,6 +114,11 @@ def _report_run(
             record = read_selection(run_dir / name)
             if record.get("finished"):
                 print(f"\n{format_path_selection(record)}")
+                if draw and record.get("per_layer"):
+                    from ella.selection import save_per_layer_figure
+
+                    figure = run_dir / PATH_SELECTION_PER_LAYER_FIGURE
+                    print(f"figure: {save_per_layer_figure(record, figure)}")
 
 
 def report_path_outputs(args: argparse.Namespace, run: TrainedRun, x: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ from ella.rundir import (
     PATH_DROPS,
     PATH_SELECTION,
     PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_FIGURE,
     PATH_SELECTION_PER_LAYER_STATE,
     PATH_SELECTION_STATE,
 )
@@ -80,6 +81,11 @@ def print_selection(
     files = (PATH_SELECTION_PER_LAYER, PATH_SELECTION_PER_LAYER_STATE) if per_layer else (
         PATH_SELECTION, PATH_SELECTION_STATE
     )  # fmt: skip
+    if per_layer:
+        from ella.selection import save_per_layer_figure
+
+        save_per_layer_figure(record, run_dir / PATH_SELECTION_PER_LAYER_FIGURE)
+        files = (*files, PATH_SELECTION_PER_LAYER_FIGURE)
     print(f"written: {', '.join(str(run_dir / f) for f in files)}")
 
 
