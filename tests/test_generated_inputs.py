@@ -34,7 +34,7 @@ TYPED = st.one_of(
     st.text(min_size=1, max_size=12),
 )
 
-SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=None)
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 def _options(command: str) -> list[argparse.Action]:

@@ -183,7 +183,7 @@ def _torch_file(path: Path):
 
 
 PROPERTY = settings(
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     derandomize=True,
     database=None,

@@ -39,7 +39,7 @@ CASES: dict[str, dict] = {kind: {**BASE, "augment": kind} for kind in ("c4", "ro
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_augmented_results_equal_the_stored_reference(name):
-    assert_reproduces(REFERENCE, name, CASES[name], CASES[name])
+    assert_reproduces(REFERENCE, name, CASES[name], CASES[name], [CASES[n] for n in sorted(CASES)])
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -26,6 +26,7 @@ mixer's 208 numbers by more than 5e-3 (up to 100%), 58 of 147 with subset eviden
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -77,14 +78,14 @@ RESULT_KEYS = (
 )
 
 
-def run_case(options: dict) -> dict:
-    """Train one configuration in a child process with ``PINNED_ENV`` (the ``ella`` this
-    process imports, one thread); its metrics and results (:func:`run_case_here`)."""
+def run_cases(options: list[dict]) -> list[dict]:
+    """Train each configuration in one child process with ``PINNED_ENV`` (the ``ella`` this
+    process imports, one thread); their metrics and results (:func:`run_case_here`)."""
     env = {**os.environ, **PINNED_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     code = (
         "import json, runpy, sys\n"
         "run = runpy.run_path(sys.argv[1])['run_case_here']\n"
-        "print(json.dumps(run(json.loads(sys.argv[2]))))\n"
+        "print(json.dumps([run(o) for o in json.loads(sys.argv[2])]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, __file__, json.dumps(options)],
@@ -92,6 +93,26 @@ def run_case(options: dict) -> dict:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_case(options: dict) -> dict:
+    """:func:`run_cases` of one configuration."""
+    return run_cases([options])[0]
+
+
+#: the runs of this session, by their options (JSON): a module's cases train in one child
+_RUNS: dict[str, dict] = {}
+
+
+def cached_run(options: dict, batch: list[dict]) -> dict:
+    """The run of ``options``, training it with the rest of ``batch`` in one child process
+    the first time any of them is asked for."""
+    key = json.dumps(options, sort_keys=True)
+    if key not in _RUNS:
+        missing = [o for o in batch if json.dumps(o, sort_keys=True) not in _RUNS]
+        for o, run in zip(missing, run_cases(missing), strict=True):
+            _RUNS[json.dumps(o, sort_keys=True)] = run
+    return _RUNS[key]
 
 
 def run_case_here(options: dict) -> dict:
@@ -134,14 +155,17 @@ def assert_close(actual, expected, where: str = "") -> None:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
-def assert_reproduces(reference: Path, name: str, options: dict, run_options: dict) -> None:
+def assert_reproduces(
+    reference: Path, name: str, options: dict, run_options: dict, batch: list[dict]
+) -> None:
     """Run case ``name`` of the stored ``reference`` file (whose options must be
-    ``options``) with ``run_options`` and compare (:func:`assert_close`); the metric rows
-    may only have gained keys, and the reference's keys must all be there."""
+    ``options``) with ``run_options`` (trained with the rest of ``batch``,
+    :func:`cached_run`) and compare (:func:`assert_close`); the metric rows may only have
+    gained keys, and the reference's keys must all be there."""
     case = json.loads(reference.read_text())["cases"][name]
     assert case["options"] == options
     expected = {k: case[k] for k in ("metrics", "results")}
-    actual = run_case(run_options)
+    actual = copy.deepcopy(cached_run(run_options, batch))
     for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
         for key in set(row) - set(ref_row):
             del row[key]
@@ -151,7 +175,8 @@ def assert_reproduces(reference: Path, name: str, options: dict, run_options: di
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_train_results_equal_the_stored_reference(name):
-    assert_reproduces(REFERENCE, name, CASES[name], {**PINNED, **CASES[name]})
+    batch = [{**PINNED, **CASES[n]} for n in sorted(CASES)]
+    assert_reproduces(REFERENCE, name, CASES[name], {**PINNED, **CASES[name]}, batch)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
