@@ -133,7 +133,6 @@ class Claim:
     figure: str
     section: str  # docs/reproducing.md's section: its title and anchor
     anchor: str
-    details: str  # the README's link text
 
 
 # ---------------------------------------------------------------- numbers
@@ -275,7 +274,7 @@ def row(payload: dict, **match) -> dict:
 
 
 def table1_claims(root: Path) -> list[Claim]:
-    link = dict(section="Table 1", anchor="table-1", details="Table 1")
+    link = dict(section="Table 1", anchor="table-1")
     runs = {p: [load("table1", p, s, root) for s in SEEDS["table1"]] for p in (TABLE1, TABLE1_80)}
 
     def rows(profile, task, model):
@@ -352,7 +351,7 @@ def agree(verdicts: Iterable[str]) -> str:
 
 
 def table3_claims(root: Path) -> list[Claim]:
-    link = dict(section="Table 3", anchor="table-3", details="Table 3")
+    link = dict(section="Table 3", anchor="table-3")
     runs = [load("table3", TABLE3, s, root) for s in SEEDS["table3"]]
     k = len(runs)
 
@@ -456,7 +455,7 @@ def paper_scale_claims(root: Path) -> list[Claim]:
         f"most {fmt(100 * max(e['test_accuracy'] for e in reference), 2)}% in "
         f"{len(reference)} epochs; 0.02 reaches {fmt(100 * chosen[-1]['test_accuracy'], 2)}% "
         f"in {len(chosen)} of {PAPER_SCHEDULE['epochs']}",
-        "Table 3 at the paper's scale", "table-3-at-the-papers-scale", "paper scale",
+        "Table 3 at the paper's scale", "table-3-at-the-papers-scale",
     )]  # fmt: skip
 
 
@@ -475,7 +474,7 @@ EXTENTS = {
 
 
 def invariance_claims(root: Path) -> list[Claim]:
-    link = dict(section="Learned invariance", anchor="learned-invariance", details="invariance")
+    link = dict(section="Learned invariance", anchor="learned-invariance")
     run = load("invariance", "cpu", 0, root)
     eta = {d: row(run, dataset=d, method="learned")["eta"] for d in INVARIANCE_SETS}
     parts, figures = {}, []
@@ -518,7 +517,7 @@ def invariance_claims(root: Path) -> list[Claim]:
 def osp_claims(root: Path) -> list[Claim]:
     """OSP: the ensemble's spread is over its OOD inputs, a single model's over the
     ensemble's members; their standard errors divide by the square roots of those counts."""
-    link = dict(section="Emergent equivariance", anchor="emergent-equivariance", details="OSP")
+    link = dict(section="Emergent equivariance", anchor="emergent-equivariance")
     run = load("osp", "cpu", 0, root)
     n_inputs = run["settings"]["ood_size"]
     groups = list(dict.fromkeys(r["group"] for r in run["rows"]))
@@ -586,7 +585,7 @@ def forde_claims(root: Path) -> list[Claim]:
         "FoRDE-PCA more robust to corruptions than a deep ensemble", "cpu",
         summarise(parts, " on both sets"),
         f"corrupted {', '.join(figures)} (1 seed; {two_se(ses)}; {keeps})",
-        "FoRDE", "forde", "FoRDE",
+        "FoRDE", "forde",
     )]  # fmt: skip
 
 
@@ -775,14 +774,10 @@ LEGEND = textwrap.fill(
 def readme_table(claims: Sequence[Claim]) -> str:
     lines = [
         "| claim of the papers | profile | holds at our budget? | current figure "
-        "(seeds; mean ± half range) | details |",
-        "|---|---|---|---|---|",
+        "(seeds; mean ± half range) |",
+        "|---|---|---|---|",
     ]
-    lines += [
-        f"| {c.readme} | `{c.profile}` | {c.verdict} | {c.figure} | "
-        f"[{c.details}](docs/reproducing.md#{c.anchor}) |"
-        for c in claims
-    ]
+    lines += [f"| {c.readme} | `{c.profile}` | {c.verdict} | {c.figure} |" for c in claims]
     return "\n".join([*lines, "", LEGEND])
 
 
@@ -799,22 +794,62 @@ def glance_table(claims: Sequence[Claim]) -> str:
     return "\n".join([*lines, "", LEGEND])
 
 
-def blocks(root: Path = ROOT) -> dict[Path, str]:
-    """What lies between the markers of each file (relative to ``root``)."""
+MAIN_JOB = "benchmarks/results/main_job.json"
+#: the README's line under the main job's sample output
+MAIN_BEGIN = "<!-- main-job:begin (written by python -m benchmarks.claims; do not edit) -->"
+MAIN_END = "<!-- main-job:end -->"
+
+
+def main_job_line(root: Path = ROOT) -> str:
+    """The README's sentence on the main job's selection, from ``results/main_job.json``
+    (``python -m benchmarks.main_job``)."""
+    path = root / MAIN_JOB
+    if not path.is_file():
+        raise SystemExit(f"{MAIN_JOB} is missing: python -m benchmarks.main_job writes it")
+    payload = json.loads(path.read_text())
+    sel = payload["selection"]
+    drops = []
+    for this in sel["rounds"]:
+        control = this["rows"][0]["log_evidence"]
+        if this["winner"] != "none":
+            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
+            drops.append(f"{this['winner'].upper()} ({row['log_evidence'] - control:+.0f} nats)")
+    last = sel["rounds"][-1]
+    chosen = next(r for r in last["rows"] if r["dropped"] == last["winner"])
+    first = sel["rounds"][0]["rows"][0]
+    kept = "+".join(sel["kept"]).upper()
+    how = f"drops {', then '.join(drops)} and keeps {kept}" if drops else f"keeps {kept}"
+    if last["winner"] == "none" and len(last["rows"]) > 1:
+        rival = max(last["rows"][1:], key=lambda r: r["log_evidence"])
+        cost = chosen["log_evidence"] - rival["log_evidence"]
+        how += f" (dropping {rival['dropped'].upper()}, the cheapest, would cost {cost:.0f} nats)"
+    return (
+        f"Asked which paths the data need (`ella select RUN`, {sel['epochs']} epochs per "
+        f"network, {sel['networks']} networks), the evidence {how}; the selected network's "
+        f"test accuracy is {100 * chosen['test_accuracy']:.2f}% (the whole network trained "
+        f"on alike: {100 * first['test_accuracy']:.2f}%; seed {payload['run']['seed']}, "
+        f"`{MAIN_JOB}`)."
+    )
+
+
+def blocks(root: Path = ROOT) -> dict[tuple[Path, str, str], str]:
+    """What lies between each file's markers (paths relative to ``root``)."""
     claims = all_claims(root)
     return {
-        README: readme_table(claims),
-        REPRODUCING: glance_table(claims),
-        GUIDE: reliability_table(root),
+        (README, BEGIN, END): readme_table(claims),
+        (REPRODUCING, BEGIN, END): glance_table(claims),
+        (GUIDE, BEGIN, END): reliability_table(root),
+        (README, MAIN_BEGIN, MAIN_END): main_job_line(root),
     }
 
 
 def render(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
     """Each file's text now and as the script writes it."""
-    out = {}
-    for name, block in blocks(root).items():
-        text = (root / name).read_text()
-        out[name] = text, splice_between(text, BEGIN, END, block, str(name))
+    out: dict[Path, tuple[str, str]] = {}
+    for (name, begin, end), block in blocks(root).items():
+        text = out[name][1] if name in out else (root / name).read_text()
+        old = out[name][0] if name in out else text
+        out[name] = old, splice_between(text, begin, end, block, str(name))
     return out
 
 
@@ -842,9 +877,9 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         if stale:
             print(f"{stale} file(s) differ from the results: run python -m benchmarks.claims")
         return 1 if stale else 0
-    for name, block in blocks(root).items():
-        changed = write_between(root / name, BEGIN, END, block)
-        print(f"{'wrote' if changed else 'unchanged:'} {name}")
+    for (name, begin, end), block in blocks(root).items():
+        changed = write_between(root / name, begin, end, block)
+        print(f"{'wrote' if changed else 'unchanged:'} {name} ({begin.split(':')[0][5:]})")
     return 0
 
 
