@@ -49,7 +49,7 @@ from ella.distributed import World
 from ella.engine.arithmetic import StepArithmetic
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
 from ella.engine.graphs import StepGraph
-from ella.engine.schedule import evidence_due
+from ella.engine.schedule import ScheduleConfig, evidence_due
 from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels
 from ella.learner.report import effective_parameter_report, layer_mean_shares
@@ -273,7 +273,7 @@ class AlternatingRun(EpochRun):
     def __init__(
         self,
         *,
-        config: Any,
+        config: ScheduleConfig,
         model: nn.Module,
         priors: PriorLearner,
         optimizer: torch.optim.Optimizer,

@@ -271,11 +271,6 @@ class Trainer(AlternatingRun):
         """The optimiser of the learned extents (:attr:`InputInvariance.eta_optimizer`)."""
         return self.invariance.eta_optimizer if self.invariance else None
 
-    @property
-    def invariant(self) -> bool:
-        """Whether the model is an invariant classifier (``--invariance`` not ``none``)."""
-        return self.invariance is not None
-
     def eta(self) -> dict[str, float]:
         """The current extents per generator (empty without input invariance)."""
         return self.invariance.eta() if self.invariance else {}
