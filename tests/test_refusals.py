@@ -465,6 +465,22 @@ def test_report_and_export_write_nothing_into_a_held_run_directory(run, capsys):
         holder.wait()
 
 
+def test_report_reads_a_run_it_cannot_write_into(run, capsys, monkeypatch):
+    """Someone else's run (a directory this user cannot write into): ella report prints it
+    without redrawing figures or taking the lock, and refuses the measurements that write
+    there (os.access is patched: root may write anywhere)."""
+    real = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(run) else real(p, mode)
+    )
+    before = snapshot(run)
+    assert main(["report", str(run)]) == 0
+    assert f"(figures not redrawn: {run} is not writable)" in capsys.readouterr().out
+    refused(capsys, ["report", str(run), "--symmetry", "C4"], 1, "is not writable",
+            "when you can write there")  # fmt: skip
+    assert snapshot(run) == before and not (run / LOCK).exists()
+
+
 def test_the_lock_nests_within_a_process_and_never_counts_as_a_users_file(tmp_path):
     from ella.rundir import check_run_directory, holds_run
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,18 +65,26 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"--path-outputs measures relaxed layers (FC/CONV/GCONV paths), and this run's "
             f"model ({results.get('config', {}).get('model', '?')}) has none"
         )
-    holder = lock_holder(run_dir)  # e.g. a running ella select: read, but write nothing
-    if holder is not None and (args.path_outputs or args.symmetry is not None):
+    # another process's run directory (a running ella select) or one this user cannot
+    # write into (someone else's run): read and print, but write nothing there
+    holder = lock_holder(run_dir)
+    why = None
+    if holder is not None:
+        why = f"pid {holder} holds {run_dir}"
+    elif not os.access(run_dir, os.W_OK):
+        why = f"{run_dir} is not writable"
+    if why is not None and (args.path_outputs or args.symmetry is not None):
+        who = f"in use by another ella process (pid {holder})" if holder else "not writable"
         raise RunDirectoryError(
-            f"{run_dir} is in use by another ella process (pid {holder}), and --path-outputs "
-            "and --symmetry write into it: ask again when that process has ended"
+            f"{run_dir} is {who}, and --path-outputs and --symmetry write into it: ask again "
+            f"when {'that process has ended' if holder else 'you can write there'}"
         )
     with contextlib.ExitStack() as held:
-        if holder is None:
+        if why is None:
             held.enter_context(run_lock(run_dir))
-        _report_run(args, run_dir, results, path, draw=holder is None)
-        if holder is not None:
-            print(f"(figures not redrawn: pid {holder} holds {run_dir})")
+        _report_run(args, run_dir, results, path, draw=why is None)
+        if why is not None:
+            print(f"(figures not redrawn: {why})")
     return 0
 
 
