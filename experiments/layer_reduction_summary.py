@@ -16,7 +16,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from experiments.layer_reduction import (
+from experiments.layer_reduction_setup import (
     ARCHITECTURES,
     DATASETS,
     ESTIMATORS,
