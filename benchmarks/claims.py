@@ -806,14 +806,11 @@ def main_job_line(root: Path = ROOT) -> str:
     path = root / MAIN_JOB
     if not path.is_file():
         raise SystemExit(f"{MAIN_JOB} is missing: python -m benchmarks.main_job writes it")
+    from ella.selection import drop_gains
+
     payload = json.loads(path.read_text())
     sel = payload["selection"]
-    drops = []
-    for this in sel["rounds"]:
-        control = this["rows"][0]["log_evidence"]
-        if this["winner"] != "none":
-            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
-            drops.append(f"{this['winner'].upper()} ({row['log_evidence'] - control:+.0f} nats)")
+    drops = [f"{dropped.upper()} ({gain:+.0f} nats)" for _, dropped, gain in drop_gains(sel)]
     last = sel["rounds"][-1]
     chosen = next(r for r in last["rows"] if r["dropped"] == last["winner"])
     first = sel["rounds"][0]["rows"][0]

@@ -159,8 +159,6 @@ def _learned_run(run_dir: Path, data_dir: str | Path | None) -> tuple[TrainedRun
     if not results_path.is_file():
         raise RunDirectoryError(f"{run_dir} has no results.json: export a finished run")
     results = read_json(results_path, "run's results", RESULTS_FILE, RESULTS_FIX)
-    if "prior_variance" not in results:
-        raise CheckpointError(f"{results_path} has no prior_variance; {RESULTS_FIX}")
     config = read_json(run_dir / CONFIG, "run's configuration")
     learn, mean = config.get("learn_priors", True), config.get("prior_mean", PriorMean.ZERO)
     refuse_unless_learned(run_dir, learn, mean, "export")

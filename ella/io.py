@@ -59,15 +59,11 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, FileWriteError):
-            raise
-        raise _write_failed(path, err) from None
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, FileWriteError):
+            raise _write_failed(path, err) from None
         raise
     return path
 

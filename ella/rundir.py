@@ -324,20 +324,15 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
         if not holds_run(out):
             foreign = foreign_entries(out)
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            started = (out / CONFIG).is_file() or (out / CHECKPOINT).is_file()
-            what = (
-                "holds an ella run beside files ella did not write"
-                if started
-                else "is not empty and holds no ella run (files ella did not write"
-            )
-            fix = (
-                "move them out of it to use the run, or choose another --out"
-                if started
-                else "ella never writes over files it did not create: choose a new or empty "
-                "directory"
-            )
+            if (out / CONFIG).is_file() or (out / CHECKPOINT).is_file():
+                raise RunDirectoryError(
+                    f"--out {out} holds an ella run beside files ella did not write: {shown}; "
+                    "move them out of it to use the run, or choose another --out"
+                )
             raise RunDirectoryError(
-                f"--out {out} {what}{':' if started else ''} {shown}{'' if started else ')'}; {fix}"
+                f"--out {out} is not empty and holds no ella run (files ella did not write: "
+                f"{shown}); ella never writes over files it did not create: choose a new or "
+                "empty directory"
             )
         if not overwrite and stopped_before_checkpoint(out):
             raise RunDirectoryError(

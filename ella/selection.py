@@ -872,15 +872,25 @@ def kept_label(kept: list[str]) -> str:
     return ", ".join(f"{layer} {'+'.join(paths)}" for layer, paths in layers.items())
 
 
-def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
-    """Each prior group of a per-layer selection: None where it was kept, else the round
-    that dropped it and that drop's gain in log evidence over the round's control."""
-    outcome: dict[str, tuple[int, float] | None] = dict.fromkeys(record["paths"])
+def drop_gains(record: dict) -> list[tuple[int, str, float]]:
+    """The drops of a selection record's rounds: ``(round number, what it dropped, its gain
+    in log evidence over the round's control)`` for each round whose winner dropped a path
+    (or a group); rounds the control won, or not decided yet, are left out."""
+    gains = []
     for number, this in enumerate(record["rounds"], start=1):
         if this["winner"] not in (None, CONTROL):
             control = this["rows"][0]["log_evidence"]
             row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
-            outcome[this["winner"]] = (number, row["log_evidence"] - control)
+            gains.append((number, this["winner"], row["log_evidence"] - control))
+    return gains
+
+
+def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
+    """Each prior group of a per-layer selection: None where it was kept, else the round
+    that dropped it and that drop's gain in log evidence over the round's control."""
+    outcome: dict[str, tuple[int, float] | None] = dict.fromkeys(record["paths"])
+    for number, dropped, gain in drop_gains(record):
+        outcome[dropped] = (number, gain)
     return outcome
 
 
@@ -1103,13 +1113,7 @@ def _answer(record: dict) -> str:
     """One line of a finished selection: the paths kept, what each drop gained, and the
     selected network's test accuracy against the whole network trained on alike."""
     kept = kept_label(record["kept"])
-    drops = []
-    for this in record["rounds"]:
-        control = this["rows"][0]
-        if this["winner"] != CONTROL:
-            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
-            gain = row["log_evidence"] - control["log_evidence"]
-            drops.append(f"{unit_label(this['winner'])} ({gain:+.0f} nats)")
+    drops = [f"{unit_label(dropped)} ({gain:+.0f} nats)" for _, dropped, gain in drop_gains(record)]
     how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
     last = record["rounds"][-1]
     if last["winner"] == CONTROL:

@@ -68,16 +68,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     # another process's run directory (a running ella select) or one this user cannot
     # write into (someone else's run): read and print, but write nothing there
     holder = lock_holder(run_dir)
-    why = None
+    why = refusal = None
     if holder is not None:
         why = f"pid {holder} holds {run_dir}"
+        refusal = f"in use by another ella process (pid {holder})", "that process has ended"
     elif not os.access(run_dir, os.W_OK):
         why = f"{run_dir} is not writable"
-    if why is not None and (args.path_outputs or args.symmetry is not None):
-        who = f"in use by another ella process (pid {holder})" if holder else "not writable"
+        refusal = "not writable", "you can write there"
+    if refusal is not None and (args.path_outputs or args.symmetry is not None):
         raise RunDirectoryError(
-            f"{run_dir} is {who}, and --path-outputs and --symmetry write into it: ask again "
-            f"when {'that process has ended' if holder else 'you can write there'}"
+            f"{run_dir} is {refusal[0]}, and --path-outputs and --symmetry write into it: ask "
+            f"again when {refusal[1]}"
         )
     with contextlib.ExitStack() as held:
         if why is None:
@@ -118,14 +119,16 @@ def _report_run(
             report_symmetry(args, run, x)
     for name in (PATH_SELECTION, PATH_SELECTION_PER_LAYER):  # the last ella select, again
         if (run_dir / name).is_file():
-            from ella.selection import format_path_selection, read_selection
+            from ella.selection import (
+                format_path_selection,
+                read_selection,
+                save_per_layer_figure,
+            )
 
             record = read_selection(run_dir / name)
             if record.get("finished"):
                 print(f"\n{format_path_selection(record)}")
                 if draw and record.get("per_layer"):
-                    from ella.selection import save_per_layer_figure
-
                     figure = run_dir / PATH_SELECTION_PER_LAYER_FIGURE
                     print(f"figure: {save_per_layer_figure(record, figure)}")
 
