@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,45 +28,59 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 
 
 # ---------------------------------------------------------------- failed writes
-#: a child process that writes ``sys.argv[2]`` (a kind) to ``sys.argv[1]`` under a file-size
-#: limit of 4 KiB and prints the error it met
+#: KINDS of file, each written by one child process to the path after its kind in
+#: ``sys.argv`` under a file-size limit of 4 KiB; it prints the error each met, a line each
+KINDS = ("checkpoint", "json", "figure")
 _LIMITED_WRITE = """
 import resource, sys, torch
 from pathlib import Path
 from ella.io import save_json, save_torch, atomic_write
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-path, kind = Path(sys.argv[1]), sys.argv[2]
-try:
-    if kind == "checkpoint":
-        save_torch({"w": torch.zeros(10_000)}, path)
-    elif kind == "json":
-        save_json({"rows": list(range(10_000))}, path)
-    else:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig = plt.figure(figsize=(20, 20))
-        fig.gca().imshow(torch.rand(400, 400).numpy())
-        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
-except Exception as err:
-    print(type(err).__name__, err)
+for kind, path in zip(sys.argv[1::2], map(Path, sys.argv[2::2])):
+    try:
+        if kind == "checkpoint":
+            save_torch({"w": torch.zeros(10_000)}, path)
+        elif kind == "json":
+            save_json({"rows": list(range(10_000))}, path)
+        else:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            fig = plt.figure(figsize=(20, 20))
+            fig.gca().imshow(torch.rand(400, 400).numpy())
+            atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
+        print(kind, "written")
+    except Exception as err:
+        print(kind, type(err).__name__, err)
 """
 
 
-@pytest.mark.parametrize("kind", ["checkpoint", "json", "figure"])
-def test_a_write_past_the_file_size_limit_names_the_file_and_the_limit(tmp_path, kind):
+@pytest.fixture(scope="module")
+def limited_writes(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    """Per kind: its folder (holding ``out.bin``, an earlier file) and what the child
+    printed of its write past the file-size limit (one child for every kind)."""
+    folders = {kind: tmp_path_factory.mktemp(kind) for kind in KINDS}
+    argv = []
+    for kind, folder in folders.items():
+        (folder / "out.bin").write_bytes(b"earlier")
+        argv += [kind, str(folder / "out.bin")]
+    done = subprocess.run(
+        [sys.executable, "-c", _LIMITED_WRITE, *argv], capture_output=True, text=True, check=True
+    )
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    return {kind: (folder, lines.get(kind, done.stderr)) for kind, folder in folders.items()}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_write_past_the_file_size_limit_names_the_file_and_the_limit(limited_writes, kind):
     """torch's serialiser, JSON and matplotlib alike: one error naming the file and the
     cause, the earlier file as it was, no temporary left."""
-    path = tmp_path / "out.bin"
-    path.write_bytes(b"earlier")
-    done = subprocess.run(
-        [sys.executable, "-c", _LIMITED_WRITE, str(path), kind],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert done.stdout.startswith(f"FileWriteError could not write {path}: "), done.stdout
-    assert "file-size limit" in done.stdout and "Nothing was replaced" in done.stdout
+    folder, printed = limited_writes[kind]
+    path = folder / "out.bin"
+    assert printed.startswith(f"FileWriteError could not write {path}: "), printed
+    assert "file-size limit" in printed and "Nothing was replaced" in printed
     assert path.read_bytes() == b"earlier"
-    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+    assert [p.name for p in folder.iterdir()] == ["out.bin"]
 
 
 def test_each_cause_is_named_with_what_to_do(tmp_path):
