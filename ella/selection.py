@@ -56,7 +56,7 @@ from ella.io import atomic_write, load_torch, save_json, save_torch
 from ella.learner import PriorLearner, dataset_labels
 from ella.learner.report import counted, mean_shares, paths_label
 from ella.marglik import PriorStructure, class_frequency_model, kept_log_evidence
-from ella.nn import ALL_PATH_NAMES, RelaxedLayer, path_columns
+from ella.nn import PATH_KINDS, RelaxedLayer, path_columns
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -196,9 +196,9 @@ def load_learned_run(
 
 
 def relaxed_paths(run_dir: str | Path) -> list[str]:
-    """The paths of a run's relaxed layers, in ``ALL_PATH_NAMES`` order."""
+    """The paths of a run's relaxed layers, in the order a layer holds them."""
     paths = read_json(Path(run_dir) / CONFIG, "run's configuration").get("paths", [])
-    return [p for p in ALL_PATH_NAMES if p in paths]
+    return [p for p in PATH_KINDS if p in paths]
 
 
 def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
@@ -738,9 +738,9 @@ def greedy_selection(
 
 
 def fitted_paths(model: nn.Module) -> list[str]:
-    """The paths of ``model``'s relaxed layers, in ``ALL_PATH_NAMES`` order."""
+    """The paths of ``model``'s relaxed layers, in the order a layer holds them."""
     present = set(relaxed_group_paths(model).values())
-    return [p for p in ALL_PATH_NAMES if p in present]
+    return [p for p in PATH_KINDS if p in present]
 
 
 def check_fitted_selectable(result: FitResult, train_loader, epochs: int) -> list[str]:
@@ -905,7 +905,7 @@ def save_per_layer_figure(record: dict, path: str | Path) -> Path:
 
     outcome = per_layer_outcome(record)
     layers = list(dict.fromkeys(g.rpartition(".")[0] for g in outcome))
-    paths = [p for p in ALL_PATH_NAMES if any(g.endswith(f".{p}") for g in outcome)]
+    paths = [p for p in PATH_KINDS if any(g.endswith(f".{p}") for g in outcome)]
     fig, ax = plt.subplots(figsize=(1.6 * len(paths) + 1.5, 0.45 * len(layers) + 1.4))
     for i, layer in enumerate(layers):
         for j, name in enumerate(paths):

@@ -208,7 +208,7 @@ CASES = [
     ("one training image", None, ["train", *TINY, "--train-size", "1"], 1,
      ["--train-size 1: a run needs at least 2 training images", "--train-size 2 or more"]),
     ("a path named twice", None, ["train", *TINY, "--paths", "fc", "fc"], 1,
-     ["--paths fc fc names fc more than once", "(--paths fc)"]),
+     ["--paths fc fc: names fc more than once", "use --paths fc"]),
     ("a residual path alone", None, ["train", *TINY, "--paths", "residual"], 1,
      ["a residual path is the part of a CONV path", "use --paths gconv residual"]),
     ("a residual path beside fc alone", None, ["train", *TINY, "--paths", "fc", "residual"], 1,

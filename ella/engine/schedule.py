@@ -35,7 +35,7 @@ from ella.choices import (
 from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe, resolved_update
 from ella.errors import ConfigError
 from ella.nn.batched import BatchedLinear
-from ella.nn.paths import FCPath, GConvPath
+from ella.nn.paths import Path
 from ella.options import MAX_SEED, Config, option
 
 
@@ -245,16 +245,24 @@ def stacked_fan_ins(module: nn.Module) -> dict[int, int]:
 
 
 def fc_path_parameters(module: nn.Module) -> set[int]:
-    """``id`` of every tensor that belongs to an FC path of ``module``."""
-    return {id(p) for m in module.modules() if isinstance(m, FCPath) for p in m.parameters()}
+    """``id`` of every tensor of a path of ``module`` whose kind the ``fan_in_fc`` rule
+    scales (:attr:`~ella.nn.paths.Path.fan_in_rate`: the FC path)."""
+    return {
+        id(p)
+        for m in module.modules()
+        if isinstance(m, Path) and m.fan_in_rate
+        for p in m.parameters()
+    }
 
 
 def gconv_path_parameters(module: nn.Module) -> dict[int, int]:
-    """``{id: group order}`` of every tensor that belongs to a GCONV path of ``module``."""
+    """``{id: copies}`` of every tensor of a path of ``module`` whose weights serve
+    several group copies (:meth:`~ella.nn.paths.Path.rate_copies`: the GCONV path's
+    ``|G|``)."""
     return {
-        id(p): m.group.order
+        id(p): m.rate_copies()
         for m in module.modules()
-        if isinstance(m, GConvPath)
+        if isinstance(m, Path) and m.rate_copies() > 1
         for p in m.parameters()
     }
 

@@ -18,7 +18,7 @@ from ella.marglik import (
     relative_effective,
     switched_off_paths,
 )
-from ella.nn import ALL_PATH_NAMES, path_columns
+from ella.nn import PATH_KINDS, path_columns
 from ella.rundir import EXPORT_THRESHOLD
 
 
@@ -89,7 +89,7 @@ def mean_shares(
 def layer_mean_shares(layers: list[dict]) -> dict[str, float]:
     """:func:`share_summary` of ``layers`` without the ranges: the mean share per path."""
     summary = share_summary(layers)
-    return {p: summary[p] for p in ALL_PATH_NAMES if p in summary}
+    return {p: summary[p] for p in PATH_KINDS if p in summary}
 
 
 def prior_convergence(rounds: list[dict[str, float]], tolerance: float = 0.05) -> dict:
@@ -295,7 +295,6 @@ def save_figure(results: dict, path: str | Path) -> Path:
 
     rows = results["effective_parameters"]
     names = [r["layer"] for r in rows]
-    colors = {"fc": "#d95f02", "conv": "#7570b3", "gconv": "#1b9e77", "residual": "#e7298a"}
     panels = [("share of effective parameters [%]", rows)]
     relative = relative_rows(rows)
     if relative:
@@ -306,7 +305,7 @@ def save_figure(results: dict, path: str | Path) -> Path:
         bottom = [0.0] * len(rows)
         for p in path_columns(rows[0]) if rows else ():
             values = [v[p] for v in values_of]
-            ax.bar(names, values, bottom=bottom, color=colors[p], label=p.upper())
+            ax.bar(names, values, bottom=bottom, color=PATH_KINDS[p].color, label=p.upper())
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
         ax.set_ylabel(label)
         ax.set_ylim(0, 100)

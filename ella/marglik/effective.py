@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ella.nn import ALL_PATH_NAMES, path_columns
+from ella.nn import PATH_KINDS, path_columns
 
 
 def effective_parameters(eigenvalues: torch.Tensor, delta: float | torch.Tensor) -> float:
@@ -25,7 +25,7 @@ def effective_parameters(eigenvalues: torch.Tensor, delta: float | torch.Tensor)
 def split_name(group: str) -> tuple[str, str | None]:
     """``"layer3.gconv"`` -> ``("layer3", "gconv")``; ``"head.0"`` -> ``("head.0", None)``."""
     layer, _, last = group.rpartition(".")
-    if last in ALL_PATH_NAMES:
+    if last in PATH_KINDS:
         return layer or "layer", last
     return group, None
 

@@ -224,7 +224,7 @@ def _once_per_distinct_factor(
     mixer that is 378 of the 1606 factors, among them 8 of the 28 of 784 x 784. Equal
     factors are found by identity or by their trace, confirmed by ``torch.equal``; the
     result is shared (read-only). A factor marked by :func:`mark_permuted` (the pixel
-    factors of lifted copies, :class:`ella.marglik.native._FCPathBlock`), once
+    factors of lifted copies, :class:`ella.marglik.kfac_blocks.FCPathBlock`), once
     confirmed, gets ``permuted(source's result, permutation)``.
 
     Args:

@@ -60,6 +60,9 @@ class PerChannelFCPath(Path):
         path: the stacked path it stands for (its weights are read by :meth:`copy_from`).
     """
 
+    kind = FCPath.kind
+    fan_in_rate = FCPath.fan_in_rate
+
     def __init__(self, path: FCPath):
         super().__init__(path.in_channels, path.out_channels, path.in_size, path.group, path.stride)
         if path.mode != FCMode.FACTORIZED:

@@ -10,6 +10,7 @@ from ella.choices import FCMode
 from ella.errors import ConfigError
 from ella.models.baselines import BASELINE_MODELS
 from ella.models.mixer import mixer
+from ella.nn.kinds import path_problems, zero_init_problem
 
 __all__ = ["ModelOptions", "build_model", "check_mixer_options"]
 
@@ -31,46 +32,26 @@ class ModelOptions(Protocol):
 
 
 def check_mixer_options(config: ModelOptions) -> None:
-    """Refuse, before any work, mixer options that cannot go together (ConfigError):
-    a path named twice, ``fc_rank`` above 1 without the factorised FC path, the CONV and
-    residual paths together, a residual path without the GCONV path beside it or on the
-    trivial group, and ``zero_init`` naming every path of a mixed network."""
-    if len(set(config.paths)) != len(config.paths):
-        repeated = sorted({p for p in config.paths if config.paths.count(p) > 1})
-        once = " ".join(dict.fromkeys(config.paths))
-        raise ConfigError(
-            f"--paths {' '.join(config.paths)} names {', '.join(repeated)} more than once; "
-            f"give each path once (--paths {once})"
-        )
+    """Refuse, before any work, mixer options that cannot go together (ConfigError): the
+    rules of the path kinds (:func:`ella.nn.kinds.path_problems`: a path named twice, the
+    CONV and residual paths together, a residual path without the GCONV path beside it or
+    on the trivial group), ``fc_rank`` above 1 without the factorised FC path, and
+    ``zero_init`` naming every path of a mixed network
+    (:func:`ella.nn.kinds.zero_init_problem`)."""
+    flags = " ".join(config.paths)
+    for problem in path_problems(config.paths, trivial_group=config.group == "trivial"):
+        if problem.fix is None:
+            raise ConfigError(f"--paths {flags} needs a group (--group C4 or D4): {problem.reason}")
+        raise ConfigError(f"--paths {flags}: {problem.reason}; use --paths {' '.join(problem.fix)}")
     if config.fc_rank > 1 and config.fc_mode != FCMode.FACTORIZED:
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "
             f"{config.fc_mode} has none: use --fc-mode factorized or --fc-rank 1"
         )
-    if "conv" in config.paths and "residual" in config.paths:
+    if reason := zero_init_problem(config.zero_init, config.paths):
         raise ConfigError(
-            f"--paths {' '.join(config.paths)}: conv and residual together are redundant "
-            "(the residual is the part of a CONV path that breaks the group's symmetry); "
-            "use --paths gconv residual, or conv gconv for the paper's paths"
-        )
-    if "residual" in config.paths and "gconv" not in config.paths:
-        with_gconv = " ".join(["gconv" if p == "residual" else p for p in config.paths])
-        raise ConfigError(
-            f"--paths {' '.join(config.paths)}: a residual path is the part of a CONV path "
-            "that breaks the group's symmetry, and stands beside the GCONV path that holds "
-            "the equivariant part (alone it is a CONV path without its equivariant part); "
-            f"use --paths {with_gconv} residual"
-        )
-    if "residual" in config.paths and config.group == "trivial":
-        raise ConfigError(
-            "--paths residual needs a group (--group C4 or D4): on the trivial group every "
-            "convolution is equivariant and there is nothing for a residual to break"
-        )
-    if len(config.paths) > 1 and set(config.paths) <= set(config.zero_init):
-        raise ConfigError(
-            f"--zero-init {' '.join(config.zero_init)} starts every path of --paths "
-            f"{' '.join(config.paths)} at zero, so no layer would get a gradient; leave at "
-            "least one path out (the default starts only fc at zero)"
+            f"--zero-init {' '.join(config.zero_init)} with --paths {flags}: {reason} "
+            "(the default starts only fc at zero)"
         )
 
 

@@ -27,8 +27,10 @@ output grid.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +103,25 @@ def contiguous_grad(x: torch.Tensor) -> torch.Tensor:
 
 
 class Path(nn.Module):
-    """Common interface: a map (B, |G|, C_in, H, W) -> (B, |G|, C_out, H/s, W/s)."""
+    """Common interface: a map (B, |G|, C_in, H, W) -> (B, |G|, C_out, H/s, W/s).
+
+    A kind of path states its facts as class attributes, which the registry
+    (:mod:`ella.nn.kinds`) and the learning-rate rules read; a new kind subclasses this,
+    sets them, and implements :meth:`for_layer`, :meth:`output_parameters` and ``forward``.
+    """
+
+    #: the path's name in a layer (``layer.paths[kind]``) and among ``--paths``
+    kind: ClassVar[str]
+    #: kinds a layer holding this path must also hold, each with the reason
+    needs: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: kinds a layer holding this path must not hold, each with the reason
+    excludes: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: why this path needs a group other than the trivial one; empty where it does not
+    needs_group: ClassVar[str] = ""
+    #: whether ``lr_scaling="fan_in_fc"`` scales this path's learning rate by its fan-in
+    fan_in_rate: ClassVar[bool] = False
+    #: the path's colour in figures of shares
+    color: ClassVar[str] = "#666666"
 
     def __init__(
         self,
@@ -135,6 +155,18 @@ class Path(nn.Module):
         #: run as calls of its own modules, not fused (set by :func:`per_module_calls`)
         self.module_calls = False
         self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
+
+    @classmethod
+    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> Path:
+        """The path of a :class:`~ella.nn.RelaxedLayer`: ``common`` its channels, image
+        size, group and stride; ``options`` the layer's (``kernel_size``, ``downsample``,
+        ``fc_mode``, ``fc_rank``, ``gconv_mode``), of which the path takes its own."""
+        raise NotImplementedError
+
+    def rate_copies(self) -> int:
+        """How many copies of the layer use each of the path's weights, as the GCONV rate
+        rule counts them (``gconv_lr="group_order"`` multiplies the learning rate by it)."""
+        return 1
 
     def check_input(self, z: torch.Tensor) -> None:
         """Raise a ValueError unless ``z`` is (B, |G|, C_in, H, W) for this path."""
@@ -192,6 +224,14 @@ class ConvPath(Path):
 
     Parameters: ``(G C_in) (G C_out) k^2 + G C_out``.
     """
+
+    kind = "conv"
+    color = "#7570b3"
+
+    @classmethod
+    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> ConvPath:
+        """A layer's CONV path: its kernel size and downsampling."""
+        return cls(**common, kernel_size=options["kernel_size"], downsample=options["downsample"])
 
     def __init__(
         self,
@@ -266,6 +306,23 @@ class GConvPath(Path):
     Parameters: ``C_in C_out k^2 + C_out`` (shared) or ``G C_in C_out k^2 +
     C_out`` (full).
     """
+
+    kind = "gconv"
+    color = "#1b9e77"
+
+    @classmethod
+    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> GConvPath:
+        """A layer's GCONV path: its kernel size, mode and downsampling."""
+        return cls(
+            **common,
+            kernel_size=options["kernel_size"],
+            mode=options["gconv_mode"],
+            downsample=options["downsample"],
+        )
+
+    def rate_copies(self) -> int:
+        """``|G|``: each filter serves every group copy of the output."""
+        return self.group.order
 
     def __init__(
         self,
@@ -374,6 +431,27 @@ class ResidualConvPath(Path):
     GCONV path.
     """
 
+    kind = "residual"
+    color = "#e7298a"
+    excludes = MappingProxyType({
+        "conv": "conv and residual together are redundant (the residual is the part of a "
+        "CONV path that breaks the group's symmetry)",
+    })  # fmt: skip
+    needs = MappingProxyType({
+        "gconv": "a residual path is the part of a CONV path that breaks the group's "
+        "symmetry, and stands beside the GCONV path that holds the equivariant part (alone "
+        "it is a CONV path without its equivariant part)",
+    })  # fmt: skip
+    needs_group = (
+        "on the trivial group every convolution is equivariant and there is nothing for a "
+        "residual to break"
+    )
+
+    @classmethod
+    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> ResidualConvPath:
+        """A layer's residual path: its kernel size and downsampling."""
+        return cls(**common, kernel_size=options["kernel_size"], downsample=options["downsample"])
+
     def __init__(
         self,
         in_channels: int,
@@ -475,6 +553,15 @@ class FCPath(Path):
         rank: ``R``, the projections per pair of input and output channels
             (factorised mode only).
     """
+
+    kind = "fc"
+    fan_in_rate = True
+    color = "#d95f02"
+
+    @classmethod
+    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> FCPath:
+        """A layer's FC path: its mode and rank (it maps straight to the output grid)."""
+        return cls(**common, mode=options["fc_mode"], rank=options["fc_rank"])
 
     def __init__(
         self,

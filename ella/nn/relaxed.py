@@ -3,76 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.choices import Downsampling, FCMode, GConvMode, Normalisation, PathName
+from ella.choices import Downsampling, FCMode, GConvMode, Normalisation
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
-from ella.nn.paths import (
-    ConvPath,
-    FCPath,
-    GConvPath,
-    LiftedConvolution,
-    ResidualConvPath,
-    convolve_paths,
-    fusable_paths,
-)
+from ella.nn.kinds import PATH_KINDS, PATH_NAMES, check_path_names, check_zero_init
+from ella.nn.paths import LiftedConvolution, convolve_paths, fusable_paths
 from ella.testing import equivariance_errors
-
-#: The paper's paths, in the order a layer holds them: a layer's default.
-PATH_NAMES: tuple[str, ...] = ("fc", "conv", "gconv")
-#: Every path name, in the order a layer holds them: the paper's, then the residual.
-ALL_PATH_NAMES: tuple[str, ...] = PathName.values()
-
-
-def path_columns(present: Iterable[str]) -> tuple[str, ...]:
-    """The paths a table of shares shows: the paper's three always, and the residual
-    where ``present`` names it."""
-    present = set(present)
-    return PATH_NAMES + tuple(p for p in ALL_PATH_NAMES if p not in PATH_NAMES and p in present)
-
-
-def check_path_names(paths: Sequence[str]) -> tuple[str, ...]:
-    """Validate and normalise a collection of path names."""
-    if isinstance(paths, str):
-        paths = (paths,)
-    paths = tuple(paths)
-    if not paths:
-        raise ValueError(f"a layer needs at least one path; choose from {ALL_PATH_NAMES}")
-    unknown = [p for p in paths if p not in ALL_PATH_NAMES]
-    if unknown:
-        raise ValueError(f"unknown path name(s) {unknown}; choose from {ALL_PATH_NAMES}")
-    if len(set(paths)) != len(paths):
-        raise ValueError(f"path names must not repeat, got {paths}")
-    if "conv" in paths and "residual" in paths:
-        raise ValueError(
-            "paths 'conv' and 'residual' together are redundant (the residual is part of "
-            "the CONV path); use ('gconv', 'residual') for a layer whose symmetry-breaking "
-            "part has its own prior, or ('conv', 'gconv') for the paper's"
-        )
-    return tuple(p for p in ALL_PATH_NAMES if p in paths)
-
-
-def check_zero_init(zero_init: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
-    """The paths of a layer with ``paths`` that start at zero under ``zero_init``.
-
-    Names of paths the layer lacks are skipped, and a single-path layer never starts
-    at zero (it is the whole layer), so one setting serves FC-only, CONV-only and mixed
-    networks alike. A mixed layer must keep at least one path at its random start.
-    """
-    names = check_path_names(zero_init) if zero_init else ()
-    if len(paths) < 2:
-        return ()
-    if set(paths) <= set(names):
-        raise ValueError(
-            f"zero_init names every path of a layer ({' '.join(paths)}): it would output "
-            "zero and nothing before it would get a gradient; leave at least one path out"
-        )
-    return tuple(n for n in names if n in paths)
 
 
 def instance_normalise(z: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -169,24 +111,24 @@ class RelaxedLayer(nn.Module):
         self.in_size = as_size(image_size)
         self.stride = stride
         self.activation = activation
-        common = dict(
-            in_channels=in_channels,
-            out_channels=out_channels,
-            image_size=self.in_size,
-            group=self.group,
-            stride=stride,
+        options = dict(
+            kernel_size=kernel_size,
+            downsample=downsample,
+            fc_mode=fc_mode,
+            fc_rank=fc_rank,
+            gconv_mode=gconv_mode,
         )
-        builders = {
-            "fc": lambda: FCPath(**common, mode=fc_mode, rank=fc_rank),
-            "conv": lambda: ConvPath(**common, kernel_size=kernel_size, downsample=downsample),
-            "gconv": lambda: GConvPath(
-                **common, kernel_size=kernel_size, mode=gconv_mode, downsample=downsample
-            ),
-            "residual": lambda: ResidualConvPath(
-                **common, kernel_size=kernel_size, downsample=downsample
-            ),
-        }
-        self.paths = nn.ModuleDict({name: builders[name]() for name in check_path_names(paths)})
+        self.paths = nn.ModuleDict({
+            name: PATH_KINDS[name].for_layer(
+                options,
+                in_channels=in_channels,
+                out_channels=out_channels,
+                image_size=self.in_size,
+                group=self.group,
+                stride=stride,
+            )
+            for name in check_path_names(paths)
+        })  # fmt: skip
         for name in check_zero_init(zero_init, self.path_names):
             self.paths[name].start_at_zero()
         self.out_size = next(iter(self.paths.values())).out_size

@@ -22,8 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
+from ella.marglik.kfac_products import conv_patches
 from ella.marglik.laplace_internals import kron_eigenvalues, kron_factors
-from ella.marglik.native import NativeGGN, _patches
+from ella.marglik.native import NativeGGN
 from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
 from ella.models import mixer
 from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer, ResidualConvPath
@@ -234,7 +235,7 @@ def test_circular_patches_reproduce_the_weight_gradient(float64):
     out = conv(x)
     g = torch.randn_like(out)
     (grad,) = torch.autograd.grad(out, conv.weight, g)
-    rows = _patches(conv, x)  # (M, L, D)
+    rows = conv_patches(conv, x)  # (M, L, D)
     g_rows = g.flatten(2).transpose(1, 2)  # (M, L, C_out)
     torch.testing.assert_close(torch.einsum("mlc,mld->cd", g_rows, rows), grad.flatten(1))
     zero_rows = F.unfold(x, 3, padding=1).transpose(1, 2)
@@ -357,14 +358,14 @@ def test_a_fit_leaves_every_parameters_requires_grad_as_it_was(float64):
 def test_circular_patch_gram_equals_the_unfolded_gram(float64, shape, kernel):
     """The lag form of the circular patches' gram is the gram of the unfolded patches,
     also on maps smaller than the kernel's reach (lags that wrap around)."""
-    from ella.marglik.native import circular_patch_gram
+    from ella.marglik.kfac_products import circular_patch_gram
 
     x = torch.randn(*shape)
     conv = nn.Conv2d(shape[1], 2, kernel, padding=(kernel[0] // 2, kernel[1] // 2),
                      padding_mode="circular")  # fmt: skip
     if min(shape[-2:]) < max(k // 2 for k in kernel):  # torch's circular pad needs pad <= size
         pytest.skip("F.pad cannot pad this map circularly")
-    rows = _patches(conv, x).reshape(-1, shape[1] * kernel[0] * kernel[1])
+    rows = conv_patches(conv, x).reshape(-1, shape[1] * kernel[0] * kernel[1])
     torch.testing.assert_close(circular_patch_gram(x, kernel), rows.T @ rows)
 
 
@@ -444,7 +445,7 @@ def test_lifted_copies_pixel_factors_are_permutations_of_the_first(float64, grou
     as copy 0's with pixels permuted, and its eigenvalues are copy 0's, decomposed once
     (the factors and evidence equal the stock backends' in the tests above)."""
     from ella.marglik import laplace_internals
-    from ella.marglik.native import _FCPathBlock
+    from ella.marglik.kfac_blocks import FCPathBlock
 
     order = get_group(group).order
     model = mixer(1, 10, 8, group, width=2)
@@ -456,7 +457,7 @@ def test_lifted_copies_pixel_factors_are_permutations_of_the_first(float64, grou
 
     monkeypatch.setattr(torch.linalg, "eigvalsh", counted)
     evidence = fitted(model, "native")
-    first, *rest = [b for b in evidence.laplace.backend.blocks if isinstance(b, _FCPathBlock)]
+    first, *rest = [b for b in evidence.laplace.backend.blocks if isinstance(b, FCPathBlock)]
     assert first.copies_permuted and not any(b.copies_permuted for b in rest)
     factors, eigenvalues = kron_factors(evidence.laplace), kron_eigenvalues(evidence.laplace)
     for (_, a), (_, lam) in zip(factors[:order], eigenvalues[:order], strict=True):
@@ -491,12 +492,13 @@ def test_a_permutation_mark_that_does_not_hold_is_ignored(float64):
 def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64, size):
     """A chunk whose copies are not permutations after chunks whose copies were: the
     running sum of copy 0 becomes every copy's before this chunk is added."""
-    from ella.marglik.native import _FCPathBlock, mirror_upper
+    from ella.marglik.kfac_blocks import FCPathBlock
+    from ella.marglik.kfac_products import mirror_upper
     from ella.nn.paths import FCPath
 
     torch.manual_seed(0)
     path = PerChannelFCPath(FCPath(1, 2, size, "C4"))
-    block = _FCPathBlock(path)
+    block = FCPathBlock(path)
     lifted = Lift("C4")(torch.randn(5, 1, size, size))  # (5, 4, 1, s, s): copies permuted
     chunks = [lifted, lifted.flip(0), torch.randn(3, 4, 1, size, size)]
     totals, expected = None, 0
@@ -524,7 +526,7 @@ def test_pixel_sums_of_a_batch_whose_later_chunk_is_not_permuted(float64, size):
 
 @pytest.mark.parametrize("d", [512, 515, 784])
 def test_upper_gram_summed_and_mirrored_is_the_gram(float64, d):
-    from ella.marglik.native import gram, mirror_upper, upper_gram
+    from ella.marglik.kfac_products import gram, mirror_upper, upper_gram
 
     torch.manual_seed(0)
     chunks = [torch.randn(3, n, d) for n in (7, 5)]
@@ -539,14 +541,14 @@ def test_upper_gram_summed_and_mirrored_is_the_gram(float64, d):
 def test_fc_factors_from_upper_grams_equal_full_grams(float64, monkeypatch):
     """24 x 24 images: the FC paths' pixel factors (576 x 576) come from upper_gram; the
     same fit with every product full gives the same factors, chunks and batches."""
-    from ella.marglik import native
+    from ella.marglik import kfac_products
 
     model = PerChannelView(mixer(1, 10, 24, "C4", width=1, blocks=((1, 1), (1, 2)))).network
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(9, 1, 24, 24, generator=g), torch.randint(10, (9,), generator=g)
     results = []
-    for minimum in (native.UPPER_GRAM_MIN_SIZE, 10**9):
-        monkeypatch.setattr(native, "UPPER_GRAM_MIN_SIZE", minimum)
+    for minimum in (kfac_products.UPPER_GRAM_MIN_SIZE, 10**9):
+        monkeypatch.setattr(kfac_products, "UPPER_GRAM_MIN_SIZE", minimum)
         ggn = NativeGGN(model, "classification", chunk_size=4)
         results.append([f for block in ggn.kron(x, y, N=9)[1].kfacs for f in block])
     assert any(f.shape[-1] == 576 for f in results[0])

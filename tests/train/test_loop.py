@@ -152,7 +152,7 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(fc_rank=2, fc_mode="dense"), tmp_path)
     with pytest.raises(ValueError, match="fc_rank must be at least 1"):
         Trainer(tiny_config(fc_rank=0), tmp_path)
-    with pytest.raises(ValueError, match="--zero-init conv fc starts every path"):
+    with pytest.raises(ValueError, match="--zero-init conv fc with --paths fc conv: it starts"):
         Trainer(tiny_config(paths=("fc", "conv"), zero_init=("conv", "fc")), tmp_path)
     with pytest.raises(ValueError, match="--zero-init must not repeat a path, got fc fc"):
         Trainer(tiny_config(zero_init=("fc", "fc")), tmp_path)
