@@ -284,7 +284,7 @@ def test_a_default_the_user_did_not_type_never_refuses(tmp_path, capsys):
     capsys.readouterr()
     # typed, a step that adam cannot use is still refused
     argv = ["train", *TINY, "--prior-update", "adam", "--prior-step", "0.5", "--out", "s"]
-    refused(capsys, argv, 1, "--prior-step 0.5 needs --prior-update optimum")
+    refused(capsys, argv, 1, "--prior-step 0.5 --prior-update adam: a step towards the optimum")
     # lr_hyp: its default is never refused; typed, it is where no round takes Adam steps
     assert TrainConfig(lr_hyp=0.05).lr_hyp == 0.05  # built in Python: nothing was typed
     argv = ["train", *TINY, "--lr-hyp", "0.05", "--out", "t"]

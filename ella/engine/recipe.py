@@ -29,6 +29,7 @@ from ella.choices import (
 from ella.data.subsets import balanced_subset
 from ella.engine.streams import Stream, epoch_generator
 from ella.errors import ConfigError
+from ella.marglik.rules import first_problem, resolved_update
 from ella.options import MAX_SEED, Config, option
 
 __all__ = ["LOOP_CONTROL", "OPTIMUM_STEP", "EvidenceRecipe", "resolved_update"]
@@ -41,16 +42,6 @@ LOOP_CONTROL = SubsetControl.TRAINING
 #: the fraction of the way to a round's optimum that a round moves the log precisions
 #: where no step is given: damps the fixed-point iteration of training and rounds
 OPTIMUM_STEP = 0.5
-
-
-def resolved_update(update: PriorUpdate | str, hessian: HessianStructure | str) -> PriorUpdate:
-    """``update`` with ``auto`` resolved: ``optimum`` with the Kronecker Hessian, which its
-    closed form needs, ``adam`` otherwise."""
-    update = PriorUpdate.parse(update, "prior update")
-    if update != PriorUpdate.AUTO:
-        return update
-    kron = HessianStructure.parse(hessian, "Hessian structure") == HessianStructure.KRON
-    return PriorUpdate.OPTIMUM if kron else PriorUpdate.ADAM
 
 
 @dataclass(frozen=True)
@@ -114,27 +105,25 @@ class EvidenceRecipe(Config):
     seed: int = option(0, minimum=0, maximum=MAX_SEED)
 
     def check(self) -> None:
-        """Cross-field checks (the closed form and the weights' response need the
-        Kronecker Hessian, a step the optimum) and the positive and (0, 1] ranges; choices,
-        finiteness and the integer ranges are :class:`~ella.options.Config`'s."""
+        """The evidence's rules (:func:`~ella.marglik.rules.evidence_problems`: the closed
+        form and the weights' response need the Kronecker Hessian, a step the optimum, the
+        native backend and the stratified GGN go together) and the positive and (0, 1]
+        ranges; choices, finiteness and the integer ranges are
+        :class:`~ella.options.Config`'s."""
         for name in ("prior_precision", "lr"):  # finite: Config's check
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.step is not None and not (0 < self.step <= 1):
             raise ConfigError(f"step must be in (0, 1], got {self.step}")
-        kron = self.hessian == HessianStructure.KRON
-        if self.update == PriorUpdate.OPTIMUM and not kron:
-            raise ConfigError("the closed-form prior update needs the Kronecker Hessian (kron)")
-        if self.step not in (None, 1) and self.update_rule() != PriorUpdate.OPTIMUM:
-            raise ConfigError(
-                f"a step of {self.step} towards the optimum needs update='optimum' "
-                "(--prior-update optimum); Adam steps are set by lr and n_hypersteps"
-            )
-        if self.response == WeightResponse.LAPLACE and not kron:
-            raise ConfigError(
-                "the weights' Laplace response needs the Kronecker Hessian (hessian='kron'); "
-                "use response='none' with a diagonal or full Hessian"
-            )
+        if problem := first_problem(
+            hessian=self.hessian,
+            backend=self.backend,
+            ggn=self.ggn,
+            update=self.update,
+            step=self.step,
+            response=self.response,
+        ):
+            raise ConfigError(problem)
 
     @classmethod
     def from_config(cls, config) -> EvidenceRecipe:

@@ -32,8 +32,9 @@ from ella.choices import (
     SubsetControl,
     WeightResponse,
 )
-from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe, resolved_update
+from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe
 from ella.errors import ConfigError
+from ella.marglik.rules import CONFIG_NAMES, first_problem, resolved_update
 from ella.nn.batched import BatchedLinear
 from ella.nn.paths import Path
 from ella.options import MAX_SEED, Config, option
@@ -116,44 +117,29 @@ class ScheduleConfig(OptimizerConfig):
     weight_response: WeightResponse = EvidenceRecipe.response
 
     def check(self) -> None:
-        """The optimiser's checks, then resolve ``prior_step`` and check the evidence
-        options against each other (update rule, Hessian, backend, estimator)."""
+        """The optimiser's checks, then resolve ``prior_step`` and ask the evidence's rules
+        (:func:`~ella.marglik.rules.evidence_problems`), worded as flags."""
         super().check()
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP
             object.__setattr__(self, "prior_step", step)
-        if (
-            self.prior_update_rule() == PriorUpdate.OPTIMUM
-            and self.hessian != HessianStructure.KRON
-        ):
-            raise ConfigError(
-                f"--prior-update {self.prior_update} (the round's optimum) needs --hessian "
-                "kron; with another Hessian use --prior-update adam"
-            )
-        if self.prior_step != 1 and self.prior_update == PriorUpdate.ADAM:
-            raise ConfigError(
-                f"--prior-step {self.prior_step} needs --prior-update optimum (Adam's steps "
-                "are set by --lr-hyp and --n-hypersteps)"
-            )
-        if self.weight_response == WeightResponse.LAPLACE and self.hessian != HessianStructure.KRON:
-            raise ConfigError(
-                "--weight-response laplace needs --hessian kron (it moves the weights in "
-                "each tensor's Kronecker eigenbasis); use --weight-response none"
-            )
-        if self.ggn == GGN.STRATIFIED and self.backend != Backend.NATIVE:
-            raise ConfigError(
-                f"--ggn stratified is the native backend's estimator; drop --backend "
-                f"{self.backend}, or use --ggn mc or exact with it"
-            )
-        if self.backend == Backend.NATIVE and self.hessian != HessianStructure.KRON:
-            raise ConfigError(
-                f"--hessian {self.hessian} needs a stock backend: add --backend asdl "
-                "(the native backend gives Kronecker factors only)"
-            )
+        problem = first_problem(
+            CONFIG_NAMES,
+            flags=True,
+            hessian=self.hessian,
+            backend=self.backend,
+            ggn=self.ggn,
+            update=self.prior_update,
+            # a step given with the update left to auto is that rule's (resolved above)
+            step=None if self.prior_update == PriorUpdate.AUTO else self.prior_step,
+            response=self.weight_response,
+        )
+        if problem:
+            raise ConfigError(problem)
 
     def prior_update_rule(self) -> PriorUpdate:
         """The update in force: ``prior_update`` with ``auto`` resolved
-        (:func:`~ella.engine.recipe.resolved_update`)."""
+        (:func:`~ella.marglik.rules.resolved_update`)."""
         return resolved_update(self.prior_update, self.hessian)
 
     def steps_priors_by_adam(self) -> bool:

@@ -41,6 +41,7 @@ from ella.learner.report import effective_parameter_report, mean_shares
 from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_subset
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.evidence import at_bound, check_n_data
+from ella.marglik.rules import first_problem
 
 __all__ = ["PriorLearner"]
 
@@ -369,12 +370,14 @@ class PriorLearner:
         index = self.round_subset(data, epoch, labels)
         ratio = 1.0
         if index is not None:
-            if self.hessian != HessianStructure.KRON:
-                raise ConfigError(
-                    f"a round on {len(index)} of {len(data)} examples (the subset estimator) "
-                    f"needs the Kronecker Hessian; with hessian={self.hessian} use "
-                    "subset_size=None (marglik_subset_size=None), which fits every example"
-                )
+            problem = first_problem(
+                hessian=self.hessian,
+                backend=self.recipe.backend_in_force(),
+                subset_size=len(index),
+                n_data=len(data),
+            )
+            if problem:
+                raise ConfigError(f"{problem} ({len(data)} training examples)")
             ratio = self.curvature_ratio(data, index, traces)
             data = Subset(data, index)
         self.last_curvature_ratio = ratio

@@ -30,7 +30,7 @@ from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 from tqdm.auto import tqdm
 
-from ella.choices import GGN, Backend, HessianStructure, Likelihood
+from ella.choices import GGN, Backend, HessianStructure
 from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
 from ella.marglik.laplace_internals import (
@@ -47,6 +47,7 @@ from ella.marglik.laplace_internals import (
 from ella.marglik.native import NativeGGN
 from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
+from ella.marglik.rules import first_problem
 from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
@@ -510,23 +511,17 @@ class LaplaceEvidence:
         if backend is None:
             backend = Backend.default_for(self.structure)
         self.backend = Backend.parse(backend, "curvature backend")
-        if self.backend == Backend.NATIVE and self.structure != HessianStructure.KRON:
-            raise ConfigError(
-                "the native backend gives Kronecker factors only; use --backend asdl or "
-                "curvlinops for a full or diagonal Hessian"
-            )
+        problem = first_problem(
+            {"hessian": "structure"},
+            hessian=self.structure,
+            backend=self.backend,
+            ggn=ggn,
+            likelihood=likelihood,
+        )
+        if problem:
+            raise ConfigError(problem)
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type").for_backend(self.backend)
-        if self.ggn == GGN.STRATIFIED and self.backend != Backend.NATIVE:
-            raise ConfigError(
-                f"--ggn stratified is the native backend's estimator; use --backend native, "
-                f"or --ggn mc or exact with --backend {self.backend}"
-            )
-        if self.ggn == GGN.STRATIFIED and likelihood != Likelihood.CLASSIFICATION:
-            raise ConfigError(
-                "--ggn stratified samples class labels (classification); use exact or mc "
-                "for regression"
-            )
         self._terms: KronEvidenceTerms | None = None
         if self.structure == HessianStructure.KRON:
             check_supported(self.view.network)

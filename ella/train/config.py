@@ -33,6 +33,7 @@ from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
+from ella.marglik.rules import CONFIG_NAMES, first_problem
 from ella.models.build import check_mixer_options
 from ella.options import option
 from ella.rundir import SELECT_EPOCHS
@@ -183,14 +184,16 @@ class TrainConfig(ScheduleConfig):
                 f"--augment {self.augment} would impose by training-time augmentation "
                 "(ella train's default is --augment translate): add --augment none"
             )
-        subset = self.marglik_subset_size
-        partial = subset is not None and (self.train_size is None or subset < self.train_size)
-        if self.hessian != HessianStructure.KRON and partial:
-            raise ConfigError(
-                f"--marglik-subset-size {subset} (the evidence on a subset) needs --hessian "
-                f"kron; with --hessian {self.hessian} give a subset size at least "
-                "--train-size, which uses every training image"
-            )
+        problem = first_problem(
+            CONFIG_NAMES,
+            flags=True,
+            hessian=self.hessian,
+            backend=self.backend,
+            subset_size=self.marglik_subset_size,
+            n_data=self.train_size,
+        )
+        if problem:
+            raise ConfigError(problem)
         if self.invariance == InvarianceMethod.LEARNED and self.prior_update == PriorUpdate.OPTIMUM:
             raise ConfigError(
                 "--prior-update optimum is for the network's priors alone; learned "

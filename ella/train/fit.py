@@ -39,7 +39,7 @@ from torch.utils.data import (
 )
 
 from ella import distributed
-from ella.choices import HessianStructure, Likelihood, SubsetControl
+from ella.choices import Likelihood, SubsetControl
 from ella.data.datasets import check_labels
 from ella.distributed import (
     ONE_PROCESS,
@@ -58,6 +58,7 @@ from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
 from ella.learner import PriorLearner, prior_convergence, shares_history
 from ella.learner.report import save_figure
+from ella.marglik.rules import CONFIG_NAMES, first_problem
 from ella.options import option
 from ella.rundir import RESULTS, checkpoint_note
 from ella.train.alternating import (
@@ -275,11 +276,15 @@ def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
     subset, dataset = config.marglik_subset_size, loader.dataset
     if subset is None or subset >= n_data or not config.learn_priors:
         return
-    if config.hessian != HessianStructure.KRON:
-        raise ConfigError(
-            f"marglik_subset_size={subset} of {n_data} examples (the subset estimator) needs "
-            f"hessian='kron'; with hessian={config.hessian!r} pass marglik_subset_size=None"
-        )
+    problem = first_problem(
+        CONFIG_NAMES,
+        hessian=config.hessian,
+        backend=config.backend,
+        subset_size=subset,
+        n_data=n_data,
+    )
+    if problem:
+        raise ConfigError(f"{problem} ({n_data} training examples)")
     if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
             f"the evidence rounds draw {subset} of the {n_data} training examples, which "

@@ -27,9 +27,14 @@ def test_choices_are_parsed_into_members():
         ({"subset_size": 0}, "subset_size must be at least 1"),
         ({"batch_size": 2.5}, "batch_size must be an integer"),
         ({"n_hypersteps": -1}, "n_hypersteps must be at least 0"),
-        ({"update": "optimum", "hessian": "diag"}, "needs the Kronecker Hessian"),
-        ({"update": "adam", "step": 0.5}, "needs update='optimum'"),
+        (
+            {"update": "optimum", "hessian": "diag"},
+            "optimum needs the Kronecker Hessian; use hessian='kron', or update='adam'",
+        ),
+        ({"update": "adam", "step": 0.5}, "use update='optimum', or step=1"),
         ({"response": "laplace", "hessian": "full"}, "Laplace response needs the Kronecker"),
+        ({"hessian": "full", "backend": "native"}, "native backend gives Kronecker factors"),
+        ({"ggn": "stratified", "backend": "asdl"}, "use backend='native', or ggn='mc'"),
     ],
 )
 def test_a_bad_recipe_is_refused_with_the_fix(changes, match):

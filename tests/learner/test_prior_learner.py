@@ -136,7 +136,7 @@ def test_a_damped_optimum_update_moves_the_given_fraction_of_the_way(float64):
     # a second round at the same fit halves the distance again
     half.hyper_steps(0)
     torch.testing.assert_close(half.log_prior.detach(), optimum - 0.25 * (optimum - before))
-    with pytest.raises(ConfigError, match="needs update='optimum'"):
+    with pytest.raises(ConfigError, match="use update='optimum', or step=1"):
         PriorLearner(user_model(), n_data=24, update="adam", step=0.5)
     with pytest.raises(ConfigError, match=r"step must be in \(0, 1\]"):
         PriorLearner(user_model(), n_data=24, update="optimum", step=1.5)
