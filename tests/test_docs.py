@@ -408,3 +408,30 @@ def test_the_configuration_field_tables_are_the_classes():
         for cls, _ in classes:
             for field in (f.name for f in dataclasses.fields(cls)):
                 assert f"| `{field}` |" in text, f"{page} has no row for {cls.__name__}.{field}"
+
+
+def test_docstring_equations_reach_the_reference_as_math():
+    """The API reference's griffe extension turns ``:math:`` roles and ``.. math::`` blocks
+    into the delimiters arithmatex typesets; every equation of a docstring that states one
+    as a block (the package's) converts, none left as a directive."""
+    import importlib.util
+
+    import ella.marglik.evidence
+
+    spec = importlib.util.spec_from_file_location("roles", ROOT / "tools" / "griffe_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    text = "Sum :math:`a_i` of\n\n.. math::\n\n    x &= 1, \\\\\n    y &= 2\n\nafter."
+    assert roles.markdown_math(text) == (
+        "Sum \\(a_i\\) of\n\n\\[\n\\begin{aligned}\nx &= 1, \\\\\ny &= 2\n\\end{aligned}\n\\]"
+        "\n\nafter."
+    )
+    for path in sorted((ROOT / "ella").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Module):
+                doc = ast.get_docstring(node)
+                if doc and ".. math::" in doc:
+                    converted = roles.markdown_math(doc)
+                    assert ".. math::" not in converted and ":math:" not in converted, path
+    terms = ella.marglik.evidence.KronEvidenceTerms.__doc__
+    assert "\\begin{aligned}" in roles.markdown_math(terms)

@@ -1,11 +1,17 @@
-"""A control variate for the subset evidence: the ratio estimator of the curvature's scale.
+r"""A control variate for the subset evidence: the ratio estimator of the curvature's scale.
 
 The subset evidence (:meth:`ella.marglik.LaplaceEvidence.fit` with ``n_data``) fits the
 GGN on ``M`` of the ``N`` training images and scales it by ``N / M``. Most of its noise is
 a common scale: one shift of a round's optimal log precisions shared by every prior group,
 which follows how hard the drawn images are. The trace of the softmax
-likelihood's output Hessian, ``t_n = tr(diag(p_n) - p_n p_n^T) = 1 - sum_c p_nc^2``, is
-cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all
+likelihood's output Hessian,
+
+.. math::
+
+    t_n = \operatorname{tr}\left(\operatorname{diag}(p_n) - p_n p_n^\top\right)
+        = 1 - \sum_c p_{nc}^2,
+
+is cheap (the logits alone) and measures it: the log of the subset's mean ``t`` over all
 images' follows the shift closely.
 
 The ratio estimator of survey sampling (Cochran, *Sampling Techniques*, 3rd ed., 1977,

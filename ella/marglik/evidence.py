@@ -286,7 +286,7 @@ def order_by_group(group_of_tensor: torch.Tensor, sizes: torch.Tensor) -> torch.
 
 
 class KronEvidenceTerms:
-    """The Kronecker-factored log evidence as a function of one precision per tensor.
+    r"""The Kronecker-factored log evidence as a function of one precision per tensor.
 
     laplace-torch evaluates ``log det(H + P)`` block by block in Python (about a
     thousand blocks for the default mixer, every hyperparameter step). With the factors
@@ -294,11 +294,15 @@ class KronEvidenceTerms:
     parameters of a function of that parameter's precision ``delta_t`` (Immer et al.,
     ICML 2021, Sec. 4; Martens & Grosse, ICML 2015, for the Kronecker eigenvalues):
 
-    * ``log det(H + P) = sum_t sum_i log(h lambda_{t,i} + delta_t)`` with
-      ``lambda_t = lambda_B (x) lambda_A`` the eigenvalues of tensor ``t``'s block and
-      ``h`` laplace-torch's curvature scale ``1 / sigma^2`` (:func:`hessian_scale`);
-    * ``log det P = sum_t n_t log delta_t``;
-    * ``theta^T P theta = sum_t delta_t ||theta_t - mu_t||^2``.
+    .. math::
+
+        \log\det(H + P) &= \sum_t \sum_i \log(h \lambda_{t,i} + \delta_t), \\
+        \log\det P &= \sum_t n_t \log \delta_t, \\
+        (\theta - \mu)^\top P (\theta - \mu) &= \sum_t \delta_t \|\theta_t - \mu_t\|^2,
+
+    with :math:`\lambda_t = \lambda_B \otimes \lambda_A` the eigenvalues of tensor
+    :math:`t`'s block, :math:`n_t` its size and :math:`h` laplace-torch's curvature scale
+    :math:`1 / \sigma^2` (:func:`hessian_scale`).
 
     So the eigenvalues of all blocks are concatenated once, with the tensor each
     belongs to, and every evaluation is one gather, one ``log`` and a sum.

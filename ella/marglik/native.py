@@ -69,8 +69,13 @@ def _weights_out_of_graph(model: nn.Module) -> Iterator[None]:
 
 
 def softmax_hessian_root(p: torch.Tensor) -> torch.Tensor:
-    """``K - 1`` columns ``v`` per example with ``sum_v v v^T = diag(p) - p p^T``, the
-    Hessian of the cross-entropy in the logits: (K - 1, M, K) for probabilities (M, K).
+    r"""A root of the cross-entropy's Hessian in the logits, ``K - 1`` columns per example.
+
+    (K - 1, M, K) columns :math:`v` for probabilities (M, K), with
+
+    .. math::
+
+        \sum_v v v^\top = \operatorname{diag}(p) - p p^\top.
 
     The ``K`` columns ``sqrt(p_c) (e_c - p)``, i.e. ``L = (I - p 1^T) diag(sqrt p)``,
     square to the Hessian but are linearly dependent: ``L sqrt(p) = 0``. Rotating

@@ -83,7 +83,7 @@ def orbit_same_predictions(outputs: torch.Tensor) -> torch.Tensor:
 
 
 def orbit_symmetric_kl(log_probs: torch.Tensor) -> torch.Tensor:
-    """Mean symmetric KL divergence between the identity's and each other orbit point's prediction.
+    r"""Mean symmetric KL divergence between the identity's and each other orbit point's prediction.
 
     Args:
         log_probs: (|G|, N, K) log class probabilities over the orbit (e.g.
@@ -91,8 +91,8 @@ def orbit_symmetric_kl(log_probs: torch.Tensor) -> torch.Tensor:
             probabilities).
 
     Returns:
-        (N,) ``1/(|G|-1) sum_{g != e} [KL(p_e || p_g) + KL(p_g || p_e)]``; zeros
-        for the trivial group.
+        (N,) :math:`\frac{1}{|G| - 1} \sum_{g \neq e} \left[\mathrm{KL}(p_e \| p_g)
+        + \mathrm{KL}(p_g \| p_e)\right]`; zeros for the trivial group.
     """
     _check_orbit(log_probs)
     if len(log_probs) == 1:
