@@ -268,6 +268,10 @@ class AlternatingRun(EpochRun):
         step_graph: the training step captured as a CUDA graph
             (:mod:`ella.engine.graphs`), or None: eager steps.
         divergence_hint: what the divergence messages advise.
+        labels: the (N,) class labels of ``train_data`` where the command has them at
+            hand. Defaults to reading them at the first round that needs them.
+        output_trace: the training traces to average into (N,), NaN where none was seen
+            (a checkpoint stores them). Defaults to starting at the first epoch's.
     """
 
     def __init__(
@@ -291,6 +295,8 @@ class AlternatingRun(EpochRun):
         evaluations: dict[str, Callable[[], dict[str, float]]] | None = None,
         step_graph: StepGraph | None = None,
         divergence_hint: str | None = None,
+        labels: torch.Tensor | None = None,
+        output_trace: torch.Tensor | None = None,
     ):
         self.config, self.model, self.priors = config, model, priors
         self.optimizer, self.train_data, self.batches = optimizer, train_data, batches
@@ -306,14 +312,14 @@ class AlternatingRun(EpochRun):
         if divergence_hint is not None:
             self.divergence_hint = divergence_hint
         #: the (N,) class labels of ``train_data``, read at the first round that needs them
-        self.labels: torch.Tensor | None = None
+        self.labels = labels
         #: the evidence of the round just fitted (for its report)
         self.round_evidence: Any = None
         #: ``1 - sum p^2`` of every training example in its training passes, averaged over
         #: epochs with each older epoch's weight halved (the auxiliary variable of the
         #: ``training`` control variate); None where the rounds do not read it, NaN before
         #: the first epoch
-        self.output_trace: torch.Tensor | None = None
+        self.output_trace = output_trace
 
     # ------------------------------------------------------------------ what the parts decide
     def step_optimizers(self) -> list[torch.optim.Optimizer]:

@@ -114,6 +114,36 @@ class TrainState(AlternatingState):
     best: dict | None = None  # best-evidence state: epoch, log_marglik, model, log_prior
 
 
+def captured_step(
+    config: TrainConfig,
+    device: torch.device,
+    world: World,
+    optimizers: list[torch.optim.Optimizer],
+    log_prior: torch.Tensor,
+) -> StepGraph | None:
+    """The training step captured as a CUDA graph where ``--cuda-graph`` and the run allow
+    it (:func:`~ella.engine.graphs.use_cuda_graph`), else None; ``auto`` on a CUDA device
+    says once on stderr why its steps run eagerly. ``optimizers``: those each step takes;
+    ``log_prior``: the precisions the evidence rounds update between steps."""
+    captured, reason = use_cuda_graph(
+        config.cuda_graph,
+        device,
+        compiled=config.compile,
+        processes=world.size,
+        invariant=config.invariance != InvarianceMethod.NONE,
+    )
+    if reason is not None and device.type == "cuda" and world.is_main:
+        tqdm.write(f"--cuda-graph auto: the training steps run eagerly ({reason})", file=sys.stderr)
+    if not captured:
+        return None
+    return StepGraph(
+        optimizers,
+        device,
+        version=lambda: log_prior._version,  # the evidence rounds' updates
+        announce=world.is_main,
+    )
+
+
 class Trainer(AlternatingRun):
     """Trains one model as configured, writing a run directory: the parts that the
     configuration names, on the loop of :class:`~ella.train.alternating.AlternatingRun`.
@@ -188,11 +218,13 @@ class Trainer(AlternatingRun):
             )
         )
         keeps_best = config.report_state == ReportedState.BEST_EVIDENCE
+        optimizer = make_optimizer(model, config)
+        steps = invariance.step_optimizers(optimizer) if invariance else [optimizer]
         super().__init__(
             config=config,
             model=model,
             priors=priors,
-            optimizer=make_optimizer(model, config),
+            optimizer=optimizer,
             train_data=self.data.train,
             batches=ImageBatches(
                 self.train_tensors, config.batch_size, config.seed, world, augmentation, invariance
@@ -208,45 +240,19 @@ class Trainer(AlternatingRun):
                 **({"validation": self._evaluation(self.validation)} if self.validation else {}),
                 "test": self._evaluation(self.data.test),
             },
+            step_graph=captured_step(config, device, world, steps, priors.log_prior),
+            labels=self.data.train.tensors[1],
+            # in float64 from the start, one entry per training image, for the checkpoint
+            output_trace=torch.full((self.n_train,), math.nan, dtype=torch.float64),
         )
         if self.learning():  # refuse an impossible Hessian before any work
             check_memory(self.net, config.hessian)
-        self.labels = self.data.train.tensors[1]
         self.hyper_optimizer = priors.optimizer
-        self.step_graph = self._step_graph(config)
         self.steps_per_epoch = math.ceil(self.n_train / config.batch_size)
-        #: ``1 - sum p^2`` of every training image in its training passes, averaged over
-        #: epochs with each older epoch's weight halved (the auxiliary variable of
-        #: ``--subset-control training``); NaN before the first epoch
-        self.output_trace = torch.full((self.n_train,), math.nan, dtype=torch.float64)
 
     def _evaluation(self, data: TensorDataset) -> Callable[[], dict[str, float]]:
         """Accuracy and NLL of the model as it is on ``data`` (:func:`evaluate`)."""
         return lambda: evaluate(self.model, data, world=self.world)
-
-    def _step_graph(self, config: TrainConfig) -> StepGraph | None:
-        """The training step captured as a CUDA graph where ``--cuda-graph`` and the run allow
-        it (:func:`~ella.engine.graphs.use_cuda_graph`), else None; ``auto`` on a CUDA
-        device says once on stderr why its steps run eagerly."""
-        captured, reason = use_cuda_graph(
-            config.cuda_graph,
-            self.device,
-            compiled=config.compile,
-            processes=self.world.size,
-            invariant=config.invariance != InvarianceMethod.NONE,
-        )
-        if reason is not None and self.device.type == "cuda" and self.world.is_main:
-            tqdm.write(
-                f"--cuda-graph auto: the training steps run eagerly ({reason})", file=sys.stderr
-            )
-        if not captured:
-            return None
-        return StepGraph(
-            self.step_optimizers(),
-            self.device,
-            version=lambda: self.log_prior._version,  # the evidence rounds' updates
-            announce=self.world.is_main,
-        )
 
     @staticmethod
     def _check_world(config: TrainConfig, world: World) -> None:
