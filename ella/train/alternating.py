@@ -49,9 +49,10 @@ from ella.distributed import World
 from ella.engine.arithmetic import StepArithmetic
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
 from ella.engine.graphs import StepGraph
+from ella.engine.health import training_collapse
 from ella.engine.schedule import ScheduleConfig, evidence_due
 from ella.errors import TrainingDivergedError
-from ella.learner import PriorLearner, dataset_labels
+from ella.learner import PriorLearner, dataset_labels, prior_convergence, shares_history
 from ella.learner.report import effective_parameter_report, layer_mean_shares
 from ella.marglik.control import output_hessian_trace
 from ella.marglik.evidence import non_finite_parameters
@@ -409,6 +410,21 @@ class AlternatingRun(EpochRun):
             row["train_accuracy"] = sums["correct"] / seen
         row["lr"] = sums["lr"]
         return row
+
+    def learned_results(self) -> dict:
+        """What ``ella train``'s results and :func:`ella.fit`'s result both report of the
+        learned priors and of the run's history: the precisions and variances by group,
+        how far they converged, the shares per round and whether training collapsed."""
+        metrics = self.state.metrics
+        return {
+            "prior_precision": self.priors.prior_precision,
+            "prior_variance": self.priors.prior_variance,
+            "prior_convergence": prior_convergence(
+                [row["prior_precision"] for row in metrics if "prior_precision" in row]
+            ),
+            "shares_history": shares_history(metrics),
+            "training_collapse": training_collapse(metrics),
+        }
 
     def add_traces(self, trace: torch.Tensor) -> None:
         """Average an epoch's traces (every example in one process's part of one batch,

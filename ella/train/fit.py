@@ -51,12 +51,11 @@ from ella.distributed import (
 )
 from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
-from ella.engine.health import training_collapse
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
 from ella.io import save_json
-from ella.learner import PriorLearner, prior_convergence, shares_history
+from ella.learner import PriorLearner
 from ella.learner.report import save_figure
 from ella.marglik.rules import CONFIG_NAMES, first_problem
 from ella.options import option
@@ -680,17 +679,11 @@ def _fit_result(run: FitRun, model: nn.Module, priors: PriorLearner):
     return FitResult(
         model=model,
         priors=priors,
-        prior_precision=priors.prior_precision,
-        prior_variance=priors.prior_variance,
         effective_parameters=report["effective_parameters"],
         effective_parameters_other=report["effective_parameters_other"],
         log_marglik=list(priors.history),
         log_marglik_epochs=list(state.marglik_epochs),
-        prior_convergence=prior_convergence(
-            [row["prior_precision"] for row in state.metrics if "prior_precision" in row]
-        ),
         metrics=list(state.metrics),
-        shares_history=shares_history(state.metrics),
-        training_collapse=training_collapse(state.metrics),
         config=run.config,
+        **run.learned_results(),
     )

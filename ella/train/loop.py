@@ -45,11 +45,10 @@ from ella.distributed import (
 from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.graphs import StepGraph, use_cuda_graph
-from ella.engine.health import training_collapse
 from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.io import save_json
-from ella.learner import PriorLearner, prior_convergence, shares_history
+from ella.learner import PriorLearner
 from ella.learner.report import (
     format_table,
     save_eta_figure,
@@ -410,14 +409,8 @@ class Trainer(AlternatingRun):
             "class_frequency_log_evidence": class_frequency_model(
                 self.data.train.tensors[1], self.data.num_classes
             )["log_evidence"],
-            "prior_precision": self.prior.as_dict(self.log_prior.exp()),
-            "prior_variance": self.prior.as_dict(self.log_prior.neg().exp()),
-            "prior_convergence": prior_convergence(
-                [row["prior_precision"] for row in self.state.metrics if "prior_precision" in row]
-            ),
+            **self.learned_results(),
             "effective_parameters": report["layers"],
-            "shares_history": shares_history(self.state.metrics),
-            "training_collapse": training_collapse(self.state.metrics),
             "effective_parameters_other": report["others"],
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "invariance": self.config.invariance,
