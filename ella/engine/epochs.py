@@ -76,8 +76,9 @@ def non_finite_metrics(row: dict) -> list[str]:
 
 
 class Penalised(Protocol):
-    """A prior whose penalty joins the training objective outside the graph (as
-    :class:`~ella.learner.PriorLearner` does)."""
+    """A prior whose penalty joins the training objective outside the graph (as a
+    :class:`~ella.learner.PriorLearner`'s state, :class:`~ella.learner.prior.LearnedPrior`,
+    does)."""
 
     def penalty_value(self) -> torch.Tensor:
         """The penalty's value without a graph (0-dim, on the weights' device)."""
@@ -304,8 +305,8 @@ class EpochRun(abc.ABC):
         before_step: Callable[[], None] | None = None,
     ) -> torch.Tensor:
         """The one optimisation step of every command: zero the gradients, backpropagate
-        ``loss``, add the gradient of ``prior``'s penalty (:meth:`PriorLearner.add_penalty_gradient
-        <ella.learner.PriorLearner.add_penalty_gradient>`), call ``before_step`` (e.g.
+        ``loss``, add the gradient of ``prior``'s penalty
+        (:meth:`~ella.learner.prior.LearnedPrior.add_penalty_gradient`), call ``before_step`` (e.g.
         averaging the gradients over processes) and step each optimiser in order
         (:meth:`pass_over` counts the step).
 

@@ -174,18 +174,6 @@ class PriorLearner:
         """:meth:`LearnedPrior.penalty`: add it to a mean cross-entropy loss."""
         return self.state.penalty()
 
-    def penalty_value(self) -> torch.Tensor:
-        """:meth:`LearnedPrior.penalty_value`."""
-        return self.state.penalty_value()
-
-    def add_penalty_gradient(self) -> None:
-        """:meth:`LearnedPrior.add_penalty_gradient`."""
-        self.state.add_penalty_gradient()
-
-    def precision_diagonal(self) -> torch.Tensor:
-        """:meth:`LearnedPrior.precision_diagonal`."""
-        return self.state.precision_diagonal()
-
     @property
     def prior_precision(self) -> dict[str, float]:
         """``{group: delta}``."""

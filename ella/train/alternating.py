@@ -379,7 +379,7 @@ class AlternatingRun(EpochRun):
                 nll = data_loss(outputs, y, self.likelihood, self.sigma_noise)
                 nll = world.mean_share(nll, len(y), batch.n_global)
             loss = nll if invariance is None else invariance.regularised(nll)
-            objective = self.take_step(loss, x, optimizers, prior=self.priors)
+            objective = self.take_step(loss, x, optimizers, prior=self.priors.state)
             share = batch.n_global / world.size
             # detached: a captured step's outputs outlive it, and would hold its graph
             terms = {"loss": objective * share, "nll": nll.detach() * share}
