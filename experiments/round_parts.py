@@ -7,7 +7,8 @@ and times the learner's round inside each (``PriorLearner.evidence_round``, the 
 output factors' backward passes and products, the rest: input factors and sums), the
 eigenvalues of the factors, the rest of the evidence's terms, the closed-form step on the
 prior precisions, and the round's report. A second epoch in the same process is the
-yardstick. Timers, not a profiler: a profiler's per-call overhead moves Python-heavy parts.
+yardstick. Timers (the sections ella marks, :mod:`ella.timing`), not a profiler: a
+profiler's per-call overhead moves Python-heavy parts.
 
     python -m experiments.round_parts      # about a minute on 2 cores
 """
@@ -15,17 +16,10 @@ yardstick. Timers, not a profiler: a profiler's per-call overhead moves Python-h
 from __future__ import annotations
 
 import argparse
-import functools
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from ella.learner.prior_learner import PriorLearner
-from ella.marglik import laplace_internals
-from ella.marglik.evidence import KronEvidenceTerms, LaplaceEvidence
-from ella.marglik.native import NativeGGN
+from ella.timing import SECTIONS, sections
 from ella.train import TrainConfig, Trainer
 from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 
@@ -34,43 +28,19 @@ PROFILES = {
     "smoke": dict(train_size=64, test_size=32, width=1, batch_size=32, marglik_subset_size=32),
 }
 
-#: (owner, attribute, label): the timed callables; nested ones are parts of the one above
+#: the timed sections (:mod:`ella.timing`), in the order of the table; nested ones are
+#: parts of the one above
 TIMED = [
-    (PriorLearner, "evidence_round", "round"),
-    (LaplaceEvidence, "fit", "evidence fit"),
-    (NativeGGN, "kron", "native factors"),
-    (NativeGGN, "_forward", "forward"),
-    (NativeGGN, "_output_factors", "output factors (backward passes, products)"),
-    (KronEvidenceTerms, "from_laplace", "evidence terms"),
-    (laplace_internals, "_eigenvalues_of", "eigenvalues"),
-    (KronEvidenceTerms, "optimal_log_prior", "closed-form optimum"),
-    (PriorLearner, "fit", "learner fit (fit, step)"),
+    "round",
+    "evidence fit",
+    "native factors",
+    "forward",
+    "output factors (backward passes, products)",
+    "evidence terms",
+    "eigenvalues",
+    "closed-form optimum",
+    "learner fit (fit, step)",
 ]
-
-
-@contextmanager
-def timers(seconds: dict[str, float]) -> Iterator[None]:
-    """Add each :data:`TIMED` callable's wall seconds to ``seconds[label]`` while inside."""
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in TIMED]
-
-    def timed(function, label):
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[label] += time.perf_counter() - start
-
-        return wrapper
-
-    for (owner, name, function), (_, _, label) in zip(originals, TIMED, strict=True):
-        setattr(owner, name, timed(function, label))
-    try:
-        yield
-    finally:
-        for owner, name, function in originals:
-            setattr(owner, name, function)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -89,15 +59,17 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.state.epoch = 1
         trainer.train_epoch()
         trainer.evidence_round()  # warm-up
-        seconds: dict[str, float] = defaultdict(float)
-        with timers(seconds):
+        with sections() as seconds:
             for _ in range(args.rounds):
                 trainer.evidence_round()
         trainer.state.epoch = 2
         start = time.perf_counter()
         trainer.train_epoch()
         epoch = time.perf_counter() - start
-    per_round = {label: seconds[label] / args.rounds for _, _, label in TIMED}
+    missing = sorted(set(TIMED) - set(SECTIONS))
+    if missing:
+        raise SystemExit(f"ella marks no section {missing}: see ella.timing.SECTIONS")
+    per_round = {label: seconds[label] / args.rounds for label in TIMED}
     whole = per_round["round"]
     derived = {
         "native factors: the rest (input factors, sums)": per_round["native factors"]
@@ -111,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         - per_round["evidence terms"],
         "report and the rest of the round": whole - per_round["learner fit (fit, step)"],
     }
-    rows = [(label, per_round[label]) for _, _, label in TIMED] + list(derived.items())
+    rows = [(label, per_round[label]) for label in TIMED] + list(derived.items())
     env = environment("cpu")
     payload = {
         "command": f"python -m experiments.round_parts --profile {args.profile}",

@@ -42,6 +42,7 @@ from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_s
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.evidence import at_bound, check_n_data
 from ella.marglik.rules import first_problem
+from ella.timing import section
 
 __all__ = ["PriorLearner"]
 
@@ -212,6 +213,7 @@ class PriorLearner:
             prior_mean=self.prior_mean,
         )
 
+    @section("learner fit (fit, step)")
     def fit(
         self, batches: Iterable, progress: bool = False, curvature_ratio: float = 1.0
     ) -> LaplaceEvidence:
@@ -299,6 +301,7 @@ class PriorLearner:
         self.fit(batches, progress=progress)
         return self.hyper_steps(n_hypersteps)
 
+    @section("round")
     def evidence_round(
         self,
         data: Dataset,

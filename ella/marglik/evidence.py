@@ -51,6 +51,7 @@ from ella.marglik.rules import first_problem
 from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes
+from ella.timing import section
 
 _NOT_FINITE = (
     "the GGN of the model is not finite at these weights (overflow); the evidence cannot be "
@@ -331,6 +332,7 @@ class KronEvidenceTerms:
         self.log_likelihood = log_likelihood
 
     @classmethod
+    @section("evidence terms")
     @torch.no_grad()
     def from_laplace(cls, la) -> KronEvidenceTerms:
         """Gather the terms of a fitted laplace-torch ``KronLaplace`` (undamped)."""
@@ -377,6 +379,7 @@ class KronEvidenceTerms:
         parts = self.terms(prior, log_prior_precision)
         return parts["log_likelihood"] + parts["log_det"] + parts["scatter"]
 
+    @section("closed-form optimum")
     @torch.no_grad()
     def optimal_log_prior(
         self,
@@ -544,6 +547,7 @@ class LaplaceEvidence:
         """``N``, the examples the likelihood of the last fit was scaled to."""
         return int(self.laplace.n_data)
 
+    @section("evidence fit")
     def fit(
         self,
         loader: Iterable,

@@ -36,6 +36,7 @@ from laplace.utils.matrix import Kron, KronDecomposed
 
 from ella.errors import EvidenceError
 from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, batched_eigvalsh, eigvalsh
+from ella.timing import section
 
 __all__ = [
     "LazyKronDecomposed",
@@ -113,6 +114,7 @@ def _factor_eigenvectors(factor: torch.Tensor) -> torch.Tensor:
     return _robust_symmetric(torch.linalg.eigh, factor)[1]
 
 
+@section("eigenvalues")
 def _eigenvalues_of(factors: list[torch.Tensor]) -> list[torch.Tensor]:
     """:func:`_factor_eigenvalues` of each factor; the dense ones below
     ``SCIPY_EIGVALSH_MIN_SIZE`` of one shape, dtype and device in one batched

@@ -49,6 +49,7 @@ from ella.choices import Likelihood
 from ella.errors import EvidenceError
 from ella.marglik.kfac_blocks import curvature_blocks
 from ella.marglik.laplace_internals import own_copies
+from ella.timing import section
 
 __all__ = ["NativeGGN", "softmax_hessian_root", "stratified_root"]
 
@@ -209,6 +210,7 @@ class NativeGGN(CurvatureInterface):
             return (F.one_hot(y, p.shape[-1]).to(p.dtype) - p)[None]
         return softmax_hessian_root(p)
 
+    @section("output factors (backward passes, products)")
     def _output_factors(
         self,
         f: torch.Tensor,
@@ -234,6 +236,7 @@ class NativeGGN(CurvatureInterface):
             totals = own_copies(per_block) if totals is None else per_block
         return totals
 
+    @section("forward")
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The network's outputs on ``x`` and the blocks' captured outputs, with a graph
         that runs from the input only.
@@ -284,6 +287,7 @@ class NativeGGN(CurvatureInterface):
             a_sums = own_copies(a_sums)
         return f.detach(), a_sums, b_sums
 
+    @section("native factors")
     def kron(
         self, x: torch.Tensor, y: torch.Tensor, N: int, **kwargs: Any
     ) -> tuple[torch.Tensor, Kron]:
