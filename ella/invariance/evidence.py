@@ -56,7 +56,9 @@ class InvarianceEvidence:
         model: the invariant classifier; its ``net`` must consist of
             ``nn.Linear``/``nn.Conv2d`` parameters (checked).
         prior: prior groups over ``model.net``'s parameters.
-        ggn: ``"exact"``, ``"mc"``, ``"stratified"`` or ``"auto"`` (stratified).
+        ggn: ``"exact"``, ``"mc"``, ``"stratified"`` or ``"auto"`` (stratified). Defaults
+            to ``"exact"``, as :class:`~ella.marglik.LaplaceEvidence`: the evidence itself;
+            ``ella train`` passes its recipe's estimator.
     """
 
     def __init__(self, model: InvariantClassifier, prior: PriorStructure, ggn: str = "exact"):

@@ -484,6 +484,9 @@ class LaplaceEvidence:
             backend: two backward passes, unbiased, far less noisy than ``"mc"`` on
             confident predictions; :func:`ella.marglik.native.stratified_root`), or
             ``"auto"`` (stratified with the native backend, mc with a stock one).
+            Defaults to ``"exact"``: this class is the evidence itself, deterministic, as
+            the references compute it; the training recipe chooses an estimator for its
+            rounds (:attr:`ella.engine.recipe.EvidenceRecipe.ggn`, ``auto``).
         prior_mean: the prior's mean ``mu`` of every trainable parameter, (n_params,), in
             the order of ``model.parameters()``; ``None`` (default): zero. It enters the
             scatter term ``sum_t delta_t ||theta_t - mu_t||^2`` (laplace-torch's
