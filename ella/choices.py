@@ -11,6 +11,7 @@ from __future__ import annotations
 from ella.options import Choice
 
 __all__ = [
+    "DEFAULT_GROUP",
     "Augmentation",
     "Backend",
     "CudaGraph",
@@ -131,6 +132,10 @@ class LayerGroup(Choice):
                 if member.value.lower() == value.lower():
                     return member
         return None
+
+
+#: the group a layer lifts to where none is named: the four rotations by quarter turns
+DEFAULT_GROUP = LayerGroup.C4
 
 
 class GConvMode(Choice):

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from ella.choices import LayerGroup
+from ella.choices import DEFAULT_GROUP, LayerGroup
 from ella.models import mixer
 
 PATH_SETS: dict[str, tuple[str, ...]] = {
@@ -61,9 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--channels", type=int, default=1, help="image channels (default 1)")
     demo.add_argument(
         "--group",
-        default="C4",
+        default=DEFAULT_GROUP.value,
         choices=LayerGroup.values(),
-        help="group of the layers (default C4)",
+        help=f"group of the layers (default {DEFAULT_GROUP.value})",
     )
     demo.add_argument("--width", type=int, default=2, help="channel multiplier (default 2)")
     demo.add_argument("--batch-size", type=int, default=128, help="batch size (default 128)")

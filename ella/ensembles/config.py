@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ella.choices import (
+    DEFAULT_GROUP,
     Downsampling,
     EnsembleMethod,
     FCMode,
@@ -64,7 +65,7 @@ class EnsembleConfig(OptimizerConfig):
     # model (use the Python API, EnsembleTrainer(model_fn=...), for any other nn.Module)
     model: ModelName = ModelName.CNN
     paths: tuple[PathName, ...] = (PathName.GCONV,)
-    group: LayerGroup = LayerGroup.C4
+    group: LayerGroup = DEFAULT_GROUP
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ella.choices import Downsampling, FCMode, GConvMode, GroupPooling
+from ella.choices import DEFAULT_GROUP, Downsampling, FCMode, GConvMode, GroupPooling
 from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
@@ -88,7 +88,7 @@ class Mixer(nn.Module):
         in_channels: int,
         num_classes: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         paths: Sequence[str] = PATH_NAMES,
         width: int = 2,
         blocks: Sequence[tuple[int, int]] = DEFAULT_BLOCKS,
@@ -229,7 +229,7 @@ def mixer(
     in_channels: int,
     num_classes: int,
     image_size: int | tuple[int, int],
-    group: str | Group = "C4",
+    group: str | Group = DEFAULT_GROUP,
     paths: Sequence[str] = PATH_NAMES,
     width: int = 2,
     **kwargs,

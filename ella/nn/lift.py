@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ella.choices import GroupPooling
+from ella.choices import DEFAULT_GROUP, GroupPooling
 from ella.groups import Group, layer_group
 
 
@@ -21,7 +21,7 @@ class Lift(nn.Module):
         in_channels: if given, the number of channels the input must have.
     """
 
-    def __init__(self, group: str | Group = "C4", in_channels: int | None = None):
+    def __init__(self, group: str | Group = DEFAULT_GROUP, in_channels: int | None = None):
         super().__init__()
         self.group = layer_group(group)
         self.in_channels = in_channels
@@ -52,7 +52,9 @@ class GroupPool(nn.Module):
         mode: a :class:`~ella.choices.GroupPooling` (``"max"``, ``"mean"``, ``"none"``).
     """
 
-    def __init__(self, group: str | Group = "C4", mode: GroupPooling | str = GroupPooling.MAX):
+    def __init__(
+        self, group: str | Group = DEFAULT_GROUP, mode: GroupPooling | str = GroupPooling.MAX
+    ):
         super().__init__()
         self.mode = GroupPooling.parse(mode, "GroupPool mode")
         self.group = layer_group(group)

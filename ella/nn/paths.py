@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.choices import Downsampling, FCMode, GConvMode
+from ella.choices import DEFAULT_GROUP, Downsampling, FCMode, GConvMode
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.batched import BatchedLinear
@@ -238,7 +238,7 @@ class ConvPath(Path):
         in_channels: int,
         out_channels: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         kernel_size: int = 3,
         stride: int = 1,
         downsample: Downsampling | str = Downsampling.POLYPHASE,
@@ -329,7 +329,7 @@ class GConvPath(Path):
         in_channels: int,
         out_channels: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         kernel_size: int = 3,
         stride: int = 1,
         mode: GConvMode | str = GConvMode.FULL,
@@ -457,7 +457,7 @@ class ResidualConvPath(Path):
         in_channels: int,
         out_channels: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         kernel_size: int = 3,
         stride: int = 1,
         downsample: Downsampling | str = Downsampling.POLYPHASE,
@@ -568,7 +568,7 @@ class FCPath(Path):
         in_channels: int,
         out_channels: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         stride: int = 1,
         mode: FCMode | str = FCMode.FACTORIZED,
         rank: int = 1,

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.choices import Downsampling, FCMode, GConvMode, Normalisation
+from ella.choices import DEFAULT_GROUP, Downsampling, FCMode, GConvMode, Normalisation
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.kinds import PATH_KINDS, PATH_NAMES, check_path_names, check_zero_init
@@ -92,7 +92,7 @@ class RelaxedLayer(nn.Module):
         in_channels: int,
         out_channels: int,
         image_size: int | tuple[int, int],
-        group: str | Group = "C4",
+        group: str | Group = DEFAULT_GROUP,
         paths: Sequence[str] = PATH_NAMES,
         kernel_size: int = 3,
         stride: int = 1,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ella.choices import (
+    DEFAULT_GROUP,
     Augmentation,
     CudaGraph,
     Downsampling,
@@ -84,7 +85,7 @@ class TrainConfig(ScheduleConfig):
     augment_shift: int = option(2, minimum=1)
     # model
     paths: tuple[PathName, ...] = (PathName.FC, PathName.CONV, PathName.GCONV)
-    group: LayerGroup = LayerGroup.C4
+    group: LayerGroup = DEFAULT_GROUP
     width: int = option(2, minimum=1)
     gconv_mode: GConvMode = GConvMode.FULL
     fc_mode: FCMode = FCMode.FACTORIZED
