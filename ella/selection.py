@@ -896,8 +896,9 @@ def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
 
 def save_per_layer_figure(record: dict, path: str | Path) -> Path:
     """A finished per-layer selection as a grid, written as PNG: a row per relaxed layer and
-    a column per path, each kept group dark, each dropped one light with the round that
-    dropped it and the evidence it gained (nats)."""
+    a column per path, each kept group in its path's colour (the kind's, as in the shares
+    figure), each dropped one light with the round that dropped it and the evidence it
+    gained (nats)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -913,7 +914,7 @@ def save_per_layer_figure(record: dict, path: str | Path) -> Path:
             if group not in outcome:
                 continue
             dropped = outcome[group]
-            colour = "#1b9e77" if dropped is None else "#e5e5e5"
+            colour = PATH_KINDS[name].color if dropped is None else "#e5e5e5"
             ax.add_patch(plt.Rectangle((j, i), 0.95, 0.9, color=colour))
             label = (
                 "kept"
