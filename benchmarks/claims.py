@@ -32,7 +32,7 @@ import json
 import math
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -607,6 +607,7 @@ SELECT_1000 = ("experiments/results/path_select.json",
                "experiments/results/path_select_seed1/path_select.json")  # fmt: skip
 SELECT_TABLE1 = "experiments/results/path_select_table1/path_select_table1.json"
 MINIATURE = "experiments/results/miniature.jsonl"
+RELIABILITY = "experiments/results/reliability.json"
 RECORD_ONLY = "the record's figures; its results file is not committed"
 
 
@@ -653,6 +654,48 @@ def _selection_rows(root: Path, path: str) -> dict[tuple[str, int], dict]:
     return {(r.get("dataset") or r["task"], r["seed"]): r for r in rows}
 
 
+def _kept_words(row: dict, key: str) -> str:
+    kept = row[key]
+    return kept.upper() if isinstance(kept, str) else "+".join(kept).upper()
+
+
+def _measured_anew(root: Path) -> Callable[..., Reliability]:
+    """``measured(part, size, question, images, records, fallback, fallback_records)``: the
+    row of one question of ``experiments/results/reliability.json`` (its verdict by
+    :func:`follows_rotation` per seed, :func:`over_seeds` over them, and what each seed
+    kept), or, where the file has not measured it, the record's figures."""
+    payload = json.loads((root / RELIABILITY).read_text()) if (root / RELIABILITY).is_file() else {}
+    rows = payload.get("rows", [])
+
+    def measured(part, size, question, images, records, fallback, fallback_records):
+        part, _, key = part.partition(":")
+        key = key or ("winner" if part == "corners" else "kept")
+        verdict = next(
+            (v for v in payload.get("verdicts", {}).values()
+             if (v["part"], v["train_size"], v["key"]) == (part, size, key)),
+            None,
+        )  # fmt: skip
+        if verdict is None:
+            return Reliability(question, images, fallback, fallback_records)
+        mine = {(r["dataset"], r["seed"]): r for r in rows
+                if r["part"] == part and r["train_size"] == size}  # fmt: skip
+        seeds = [int(s) for s in verdict["follows"]]
+        if part == "corners":
+            won = {d: sum(mine[d, s]["winner"] == w for s in seeds)
+                   for d, w in (("mnist", "conv"), ("rotated_mnist", "gconv"))}  # fmt: skip
+            detail = (f"CONV's evidence ahead upright at {won['mnist']} of {len(seeds)} seeds, "
+                      f"GCONV's rotated at {won['rotated_mnist']}")  # fmt: skip
+        else:
+            detail = "; ".join(
+                f"seed {s}: {_kept_words(mine['mnist', s], key)} upright, "
+                f"{_kept_words(mine['rotated_mnist', s], key)} rotated"
+                for s in seeds
+            )
+        return Reliability(question, images, f"{verdict['answer']} ({detail})", records)
+
+    return measured
+
+
 def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     """The guide's reliability table: rows read from results files by one rule each
     (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`), and the rows
@@ -663,12 +706,14 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     r0016 = _record("0016", "evidence-ranks-single-path-mixers")
     r0017 = _record("0017", "dropping-a-path")
     r0018 = _record("0018", "greedy-path-selection")
+    measured = _measured_anew(root)
+    r0043 = _record("0043", "reliability-rows-measured")
     rows = [
-        Reliability("CONV-only against GCONV-only, each trained from scratch",
-                    "1,000, the default mixer",
-                    f"undecided (seeds 0-4 disagree; {RECORD_ONLY})", r0016),
-        Reliability("the same", "5,000, the default mixer",
-                    f"yes, both seeds ({RECORD_ONLY})", r0016),
+        measured("corners", 1000, "CONV-only against GCONV-only, each trained from scratch",
+                 "1,000, the default mixer", f"{r0043} ({r0016})",
+                 f"undecided (seeds 0-4 disagree; {RECORD_ONLY})", r0016),
+        measured("corners", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0016})",
+                 f"yes, both seeds ({RECORD_ONLY})", r0016),
     ]  # fmt: skip
     # the miniature: single-path networks after 300 epochs, by KFAC and by the full GGN
     checks = [json.loads(line) for line in (root / MINIATURE).read_text().splitlines()]
@@ -689,12 +734,13 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         "; ".join(answers), _record("0039", "the-paper-regime-in-miniature"),
     ))  # fmt: skip
     rows += [
-        Reliability("drop one path, train on 20 epochs (`--drop-only`)", "5,000, CONV+GCONV",
-                    f"yes: CONV dropped on rotated MNIST only, both seeds ({RECORD_ONLY})",
-                    r0017),
-        Reliability("the same", "5,000, FC+CONV+GCONV",
-                    "no: seed 0 keeps every path on both sets, seed 1 drops CONV on both "
-                    f"({RECORD_ONLY})", r0017),
+        measured("drop", 5000, "drop one path, train on 20 epochs (`--drop-only`)",
+                 "5,000, CONV+GCONV", f"{r0043} ({r0017})",
+                 f"yes: CONV dropped on rotated MNIST only, both seeds ({RECORD_ONLY})", r0017),
+        measured("select:first_round_kept", 5000, "the same", "5,000, FC+CONV+GCONV",
+                 f"{r0043} ({r0017})",
+                 "no: seed 0 keeps every path on both sets, seed 1 drops CONV on both "
+                 f"({RECORD_ONLY})", r0017),
     ]  # fmt: skip
     selected: dict[tuple[str, int], dict] = {}
     for path in SELECT_1000:
@@ -717,9 +763,9 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         answer += "; every selected network's evidence below that of no network"
     rows += [
         Reliability("greedy selection (`ella select`)", "1,000, Table 3's mixer", answer, r0018),
-        Reliability("the same", "5,000, the default mixer",
-                    f"mixed: at 1 seed of 2 (seed 0 keeps every path on rotated MNIST; "
-                    f"{RECORD_ONLY})", r0018),
+        measured("select", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0018})",
+                 f"mixed: at 1 seed of 2 (seed 0 keeps every path on rotated MNIST; "
+                 f"{RECORD_ONLY})", r0018),
     ]  # fmt: skip
     table1 = _selection_rows(root, SELECT_TABLE1)
     seeds = sorted({seed for _, seed in table1})
