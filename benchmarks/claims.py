@@ -663,7 +663,7 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
     """``measured(part, size, question, images, records, fallback, fallback_records)``: the
     row of one question of ``experiments/results/reliability.json`` (its verdict by
     :func:`follows_rotation` per seed, :func:`over_seeds` over them, and what each seed
-    kept), or, where the file has not measured it, the record's figures."""
+    kept), or, where the file has not measured it at two seeds, the record's figures."""
     payload = json.loads((root / RELIABILITY).read_text()) if (root / RELIABILITY).is_file() else {}
     rows = payload.get("rows", [])
 
@@ -675,7 +675,7 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
              if (v["part"], v["train_size"], v["key"]) == (part, size, key)),
             None,
         )  # fmt: skip
-        if verdict is None:
+        if verdict is None or len(verdict["follows"]) < 2:  # a row is asked at two seeds
             return Reliability(question, images, fallback, fallback_records)
         mine = {(r["dataset"], r["seed"]): r for r in rows
                 if r["part"] == part and r["train_size"] == size}  # fmt: skip
