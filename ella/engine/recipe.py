@@ -29,7 +29,7 @@ from ella.choices import (
 from ella.data.subsets import balanced_subset
 from ella.engine.streams import Stream, epoch_generator
 from ella.errors import ConfigError
-from ella.marglik.rules import first_problem, resolved_update
+from ella.evidence_rules import first_problem, resolved_update
 from ella.options import MAX_SEED, Config, option
 
 __all__ = ["LOOP_CONTROL", "OPTIMUM_STEP", "EvidenceRecipe", "resolved_update"]
@@ -105,7 +105,7 @@ class EvidenceRecipe(Config):
     seed: int = option(0, minimum=0, maximum=MAX_SEED)
 
     def check(self) -> None:
-        """The evidence's rules (:func:`~ella.marglik.rules.evidence_problems`: the closed
+        """The evidence's rules (:func:`~ella.evidence_rules.evidence_problems`: the closed
         form and the weights' response need the Kronecker Hessian, a step the optimum, the
         native backend and the stratified GGN go together) and the positive and (0, 1]
         ranges; choices, finiteness and the integer ranges are

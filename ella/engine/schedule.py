@@ -34,7 +34,7 @@ from ella.choices import (
 )
 from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe
 from ella.errors import ConfigError
-from ella.marglik.rules import CONFIG_NAMES, first_problem, resolved_update
+from ella.evidence_rules import CONFIG_NAMES, first_problem, resolved_update
 from ella.nn.batched import BatchedLinear
 from ella.nn.paths import Path
 from ella.options import MAX_SEED, Config, option
@@ -118,7 +118,7 @@ class ScheduleConfig(OptimizerConfig):
 
     def check(self) -> None:
         """The optimiser's checks, then resolve ``prior_step`` and ask the evidence's rules
-        (:func:`~ella.marglik.rules.evidence_problems`), worded as flags."""
+        (:func:`~ella.evidence_rules.evidence_problems`), worded as flags."""
         super().check()
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP
@@ -139,7 +139,7 @@ class ScheduleConfig(OptimizerConfig):
 
     def prior_update_rule(self) -> PriorUpdate:
         """The update in force: ``prior_update`` with ``auto`` resolved
-        (:func:`~ella.marglik.rules.resolved_update`)."""
+        (:func:`~ella.evidence_rules.resolved_update`)."""
         return resolved_update(self.prior_update, self.hessian)
 
     def steps_priors_by_adam(self) -> bool:

@@ -36,12 +36,12 @@ from ella.choices import GGN, Backend, HessianStructure, Likelihood, PriorUpdate
 from ella.distributed import World, current
 from ella.engine.recipe import EvidenceRecipe
 from ella.errors import ConfigError, TrainingDivergedError
+from ella.evidence_rules import first_problem
 from ella.learner.prior import LearnedPrior
 from ella.learner.report import effective_parameter_report, mean_shares
 from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_subset
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.evidence import at_bound, check_n_data
-from ella.marglik.rules import first_problem
 from ella.timing import section
 
 __all__ = ["PriorLearner"]

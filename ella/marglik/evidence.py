@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from ella.choices import GGN, Backend, HessianStructure
 from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
+from ella.evidence_rules import first_problem
 from ella.marglik.laplace_internals import (
     decompose,
     dense_hessian,
@@ -47,7 +48,6 @@ from ella.marglik.laplace_internals import (
 from ella.marglik.native import NativeGGN
 from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
-from ella.marglik.rules import first_problem
 from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
 from ella.system import available_memory, format_bytes

@@ -34,7 +34,7 @@ from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
-from ella.marglik.rules import CONFIG_NAMES, first_problem
+from ella.evidence_rules import CONFIG_NAMES, first_problem
 from ella.models.build import check_mixer_options
 from ella.options import option
 from ella.rundir import SELECT_EPOCHS

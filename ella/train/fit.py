@@ -54,10 +54,10 @@ from ella.engine.evaluation import evaluate_batches
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
+from ella.evidence_rules import CONFIG_NAMES, first_problem
 from ella.io import save_json
 from ella.learner import PriorLearner
 from ella.learner.report import save_figure
-from ella.marglik.rules import CONFIG_NAMES, first_problem
 from ella.options import option
 from ella.rundir import RESULTS, checkpoint_note
 from ella.train.alternating import (

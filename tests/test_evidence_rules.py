@@ -6,8 +6,8 @@ import torch
 from ella.engine.recipe import EvidenceRecipe
 from ella.engine.schedule import ScheduleConfig
 from ella.errors import ConfigError
+from ella.evidence_rules import CONFIG_NAMES, evidence_problems, first_problem
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.marglik.rules import CONFIG_NAMES, evidence_problems, first_problem
 from ella.train import TrainConfig
 
 
