@@ -35,7 +35,7 @@ from pathlib import Path
 
 from benchmarks.claims import follows_rotation, over_seeds
 from benchmarks.runner import default_data_dir
-from ella.rundir import CHECKPOINT, RESULTS, SELECT_EPOCHS, read_json
+from ella.rundir import CHECKPOINT, CONFIG, RESULTS, SELECT_EPOCHS, read_json
 from ella.selection import drop_each_path, kept_their_fit, null_model, select_paths
 from ella.train import TrainConfig, train
 from experiments._common import EXPERIMENT_RESULTS, environment, write_results
@@ -61,7 +61,8 @@ def trained(work: Path, dataset: str, size: int, seed: int, paths: tuple[str, ..
             dataset=dataset, data_dir=data_dir, train_size=size, test_size=test_size,
             paths=paths, seed=seed, progress=False,
         )  # fmt: skip
-        train(config, out, resume=(out / CHECKPOINT).is_file())
+        # a call stopped before the first checkpoint leaves config.json: start it again
+        train(config, out, resume=(out / CHECKPOINT).is_file() or (out / CONFIG).is_file())
     return out
 
 
