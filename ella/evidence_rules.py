@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ella.choices import GGN, Backend, HessianStructure, Likelihood, PriorUpdate, WeightResponse
+from ella.errors import ConfigError
 
 __all__ = [
     "CONFIG_NAMES",
     "RuleProblem",
     "as_flag",
+    "check_evidence_settings",
     "evidence_problems",
     "first_problem",
     "resolved_update",
@@ -174,3 +176,12 @@ def first_problem(
     caller's ``names`` (:meth:`RuleProblem.words`); ``None`` where they keep every rule."""
     problems = evidence_problems(**settings)
     return problems[0].words(names, flags) if problems else None
+
+
+def check_evidence_settings(
+    names: Mapping[str, str] | None = None, flags: bool = False, context: str = "", **settings
+) -> None:
+    """Refuse (ConfigError) the first rule ``settings`` break (:func:`first_problem`), in
+    the caller's ``names`` and form, followed by ``context`` where it is given."""
+    if problem := first_problem(names, flags, **settings):
+        raise ConfigError(f"{problem} ({context})" if context else problem)

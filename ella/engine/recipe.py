@@ -29,7 +29,7 @@ from ella.choices import (
 from ella.data.subsets import balanced_subset
 from ella.engine.streams import Stream, epoch_generator
 from ella.errors import ConfigError
-from ella.evidence_rules import first_problem, resolved_update
+from ella.evidence_rules import check_evidence_settings, resolved_update
 from ella.options import MAX_SEED, Config, option
 
 __all__ = ["LOOP_CONTROL", "OPTIMUM_STEP", "EvidenceRecipe", "resolved_update"]
@@ -115,15 +115,14 @@ class EvidenceRecipe(Config):
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.step is not None and not (0 < self.step <= 1):
             raise ConfigError(f"step must be in (0, 1], got {self.step}")
-        if problem := first_problem(
+        check_evidence_settings(
             hessian=self.hessian,
             backend=self.backend,
             ggn=self.ggn,
             update=self.update,
             step=self.step,
             response=self.response,
-        ):
-            raise ConfigError(problem)
+        )
 
     @classmethod
     def from_config(cls, config) -> EvidenceRecipe:

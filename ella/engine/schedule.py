@@ -34,7 +34,7 @@ from ella.choices import (
 )
 from ella.engine.recipe import OPTIMUM_STEP, EvidenceRecipe
 from ella.errors import ConfigError
-from ella.evidence_rules import CONFIG_NAMES, first_problem, resolved_update
+from ella.evidence_rules import CONFIG_NAMES, check_evidence_settings, resolved_update
 from ella.nn.batched import BatchedLinear
 from ella.nn.paths import Path
 from ella.options import MAX_SEED, Config, option
@@ -123,7 +123,7 @@ class ScheduleConfig(OptimizerConfig):
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP
             object.__setattr__(self, "prior_step", step)
-        problem = first_problem(
+        check_evidence_settings(
             CONFIG_NAMES,
             flags=True,
             hessian=self.hessian,
@@ -134,8 +134,6 @@ class ScheduleConfig(OptimizerConfig):
             step=None if self.prior_update == PriorUpdate.AUTO else self.prior_step,
             response=self.weight_response,
         )
-        if problem:
-            raise ConfigError(problem)
 
     def prior_update_rule(self) -> PriorUpdate:
         """The update in force: ``prior_update`` with ``auto`` resolved

@@ -36,7 +36,7 @@ from ella.choices import GGN, Backend, HessianStructure, Likelihood, PriorUpdate
 from ella.distributed import World, current
 from ella.engine.recipe import EvidenceRecipe
 from ella.errors import ConfigError, TrainingDivergedError
-from ella.evidence_rules import first_problem
+from ella.evidence_rules import check_evidence_settings
 from ella.learner.prior import LearnedPrior
 from ella.learner.report import effective_parameter_report, mean_shares
 from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_subset
@@ -361,14 +361,13 @@ class PriorLearner:
         index = self.round_subset(data, epoch, labels)
         ratio = 1.0
         if index is not None:
-            problem = first_problem(
+            check_evidence_settings(
+                context=f"{len(data)} training examples",
                 hessian=self.hessian,
                 backend=self.recipe.backend_in_force(),
                 subset_size=len(index),
                 n_data=len(data),
             )
-            if problem:
-                raise ConfigError(f"{problem} ({len(data)} training examples)")
             ratio = self.curvature_ratio(data, index, traces)
             data = Subset(data, index)
         self.last_curvature_ratio = ratio

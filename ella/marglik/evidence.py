@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from ella.choices import GGN, Backend, HessianStructure
 from ella.distributed import World
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
-from ella.evidence_rules import first_problem
+from ella.evidence_rules import check_evidence_settings
 from ella.marglik.laplace_internals import (
     decompose,
     dense_hessian,
@@ -521,15 +521,13 @@ class LaplaceEvidence:
         if backend is None:
             backend = Backend.default_for(self.structure)
         self.backend = Backend.parse(backend, "curvature backend")
-        problem = first_problem(
+        check_evidence_settings(
             {"hessian": "structure"},
             hessian=self.structure,
             backend=self.backend,
             ggn=ggn,
             likelihood=likelihood,
         )
-        if problem:
-            raise ConfigError(problem)
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type").for_backend(self.backend)
         self._terms: KronEvidenceTerms | None = None

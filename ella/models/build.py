@@ -39,10 +39,11 @@ def check_mixer_options(config: ModelOptions) -> None:
     ``zero_init`` naming every path of a mixed network
     (:func:`ella.nn.kinds.zero_init_problem`)."""
     flags = " ".join(config.paths)
-    for problem in path_problems(config.paths, trivial_group=config.group == "trivial"):
-        if problem.fix is None:
-            raise ConfigError(f"--paths {flags} needs a group (--group C4 or D4): {problem.reason}")
-        raise ConfigError(f"--paths {flags}: {problem.reason}; use --paths {' '.join(problem.fix)}")
+    if problems := path_problems(config.paths, trivial_group=config.group == "trivial"):
+        first = problems[0]
+        if first.fix is None:
+            raise ConfigError(f"--paths {flags} needs a group (--group C4 or D4): {first.reason}")
+        raise ConfigError(f"--paths {flags}: {first.reason}; use --paths {' '.join(first.fix)}")
     if config.fc_rank > 1 and config.fc_mode != FCMode.FACTORIZED:
         raise ConfigError(
             f"--fc-rank {config.fc_rank} sets the factorised FC path's rank; --fc-mode "

@@ -323,11 +323,17 @@ class AlternatingRun(EpochRun):
         self.output_trace = output_trace
 
     # ------------------------------------------------------------------ what the parts decide
+    @staticmethod
+    def steps_of(
+        optimizer: torch.optim.Optimizer, invariance: Invariance | None
+    ) -> list[torch.optim.Optimizer]:
+        """The optimisers each step takes, in order: ``optimizer`` (the weights'), and an
+        invariance's."""
+        return invariance.step_optimizers(optimizer) if invariance is not None else [optimizer]
+
     def step_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers each step takes, in order: the weights', and an invariance's."""
-        if self.invariance is not None:
-            return self.invariance.step_optimizers(self.optimizer)
-        return [self.optimizer]
+        """The optimisers each step takes (:meth:`steps_of` this run's)."""
+        return self.steps_of(self.optimizer, self.invariance)
 
     def learning(self) -> bool:
         """Whether the rounds learn something: the priors (if asked), or an invariance's

@@ -34,7 +34,7 @@ from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
-from ella.evidence_rules import CONFIG_NAMES, first_problem
+from ella.evidence_rules import CONFIG_NAMES, check_evidence_settings
 from ella.models.build import check_mixer_options
 from ella.options import option
 from ella.rundir import SELECT_EPOCHS
@@ -185,7 +185,7 @@ class TrainConfig(ScheduleConfig):
                 f"--augment {self.augment} would impose by training-time augmentation "
                 "(ella train's default is --augment translate): add --augment none"
             )
-        problem = first_problem(
+        check_evidence_settings(  # the subset's rule: the training images are known here
             CONFIG_NAMES,
             flags=True,
             hessian=self.hessian,
@@ -193,8 +193,6 @@ class TrainConfig(ScheduleConfig):
             subset_size=self.marglik_subset_size,
             n_data=self.train_size,
         )
-        if problem:
-            raise ConfigError(problem)
         if self.invariance == InvarianceMethod.LEARNED and self.prior_update == PriorUpdate.OPTIMUM:
             raise ConfigError(
                 "--prior-update optimum is for the network's priors alone; learned "

@@ -54,7 +54,7 @@ from ella.engine.evaluation import evaluate_batches
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig, make_optimizer
 from ella.errors import ConfigError, InputDataError
-from ella.evidence_rules import CONFIG_NAMES, first_problem
+from ella.evidence_rules import CONFIG_NAMES, check_evidence_settings
 from ella.io import save_json
 from ella.learner import PriorLearner
 from ella.learner.report import save_figure
@@ -275,15 +275,14 @@ def _check_rounds(loader: DataLoader, n_data: int, config: FitConfig) -> None:
     subset, dataset = config.marglik_subset_size, loader.dataset
     if subset is None or subset >= n_data or not config.learn_priors:
         return
-    problem = first_problem(
+    check_evidence_settings(
         CONFIG_NAMES,
+        context=f"{n_data} training examples",
         hessian=config.hessian,
         backend=config.backend,
         subset_size=subset,
         n_data=n_data,
     )
-    if problem:
-        raise ConfigError(f"{problem} ({n_data} training examples)")
     if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
             f"the evidence rounds draw {subset} of the {n_data} training examples, which "

@@ -218,7 +218,7 @@ class Trainer(AlternatingRun):
         )
         keeps_best = config.report_state == ReportedState.BEST_EVIDENCE
         optimizer = make_optimizer(model, config)
-        steps = invariance.step_optimizers(optimizer) if invariance else [optimizer]
+        steps = self.steps_of(optimizer, invariance)
         super().__init__(
             config=config,
             model=model,
