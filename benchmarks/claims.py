@@ -654,9 +654,14 @@ def _selection_rows(root: Path, path: str) -> dict[tuple[str, int], dict]:
     return {(r.get("dataset") or r["task"], r["seed"]): r for r in rows}
 
 
-def _kept_words(row: dict, key: str) -> str:
-    kept = row[key]
-    return kept.upper() if isinstance(kept, str) else "+".join(kept).upper()
+def as_paths(kept: str | Sequence[str]) -> list[str]:
+    """The paths of a results row's answer: a list of kept paths, or one winner's name."""
+    return [kept] if isinstance(kept, str) else list(kept)
+
+
+def paths_upper(kept: str | Sequence[str]) -> str:
+    """``["conv", "gconv"]`` (or ``"gconv"``) as the tables write it: ``CONV+GCONV``."""
+    return "+".join(as_paths(kept)).upper()
 
 
 def _measured_anew(root: Path) -> Callable[..., Reliability]:
@@ -687,8 +692,8 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
                       f"GCONV's rotated at {won['rotated_mnist']}")  # fmt: skip
         else:
             detail = "; ".join(
-                f"seed {s}: {_kept_words(mine['mnist', s], key)} upright, "
-                f"{_kept_words(mine['rotated_mnist', s], key)} rotated"
+                f"seed {s}: {paths_upper(mine['mnist', s][key])} upright, "
+                f"{paths_upper(mine['rotated_mnist', s][key])} rotated"
                 for s in seeds
             )
         return Reliability(question, images, f"{verdict['answer']} ({detail})", records)

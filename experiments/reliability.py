@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.claims import follows_rotation, over_seeds
+from benchmarks.claims import as_paths, follows_rotation, over_seeds, paths_upper
 from benchmarks.runner import default_data_dir
 from ella.rundir import CHECKPOINT, CONFIG, RESULTS, SELECT_EPOCHS, read_json
 from ella.selection import drop_each_path, kept_their_fit, null_model, select_paths
@@ -43,9 +43,12 @@ from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 __all__ = ["PARTS", "main", "verdicts"]
 
 DATASETS = ("mnist", "rotated_mnist")
-#: training images -> (test images, seeds)
-CORNER_SIZES = {1000: (1000, (0, 1, 2, 3, 4)), 5000: (2000, (0, 1))}
-SIZE, TEST_SIZE, SEEDS = 5000, 2000, (0, 1)
+#: training images -> test images
+TEST_SIZES = {1000: 1000, 5000: 2000}
+#: training images -> seeds of the single-path networks
+CORNER_SEEDS = {1000: (0, 1, 2, 3, 4), 5000: (0, 1)}
+#: training images and seeds of the mixers whose paths are dropped or selected
+SIZE, SEEDS = 5000, (0, 1)
 #: the questions, in the order they run (cheapest first)
 PARTS = ("corners", "drop", "select")
 NAME = "reliability"
@@ -54,7 +57,7 @@ RECORD = "docs/research/0043-reliability-rows-measured.md"
 
 def trained(work: Path, dataset: str, size: int, seed: int, paths: tuple[str, ...], data_dir):
     """The run directory of ``ella train`` (defaults but these), trained unless finished."""
-    test_size = CORNER_SIZES.get(size, (TEST_SIZE,))[0]
+    test_size = TEST_SIZES[size]
     out = work / f"{dataset}_{size}_{'+'.join(paths)}_seed{seed}"
     if not (out / RESULTS).is_file():
         config = TrainConfig(
@@ -77,7 +80,7 @@ def run_row(out: Path) -> dict:
 
 
 def corners(work: Path, data_dir) -> Iterator[dict]:
-    for size, (_, seeds) in CORNER_SIZES.items():
+    for size, seeds in CORNER_SEEDS.items():
         for seed in seeds:
             for dataset in DATASETS:
                 row = {"part": "corners", "dataset": dataset, "seed": seed, "train_size": size}
@@ -93,9 +96,10 @@ def drops(work: Path, data_dir) -> Iterator[dict]:
             out = trained(work, dataset, SIZE, seed, ("conv", "gconv"), data_dir)
             record = drop_each_path(out, SELECT_EPOCHS, data_dir, progress=True)
             rows, null = record["rows"], null_model(out, data_dir)
-            control = rows[0]["log_evidence"]
-            better = [r for r in kept_their_fit(rows, null) if r["log_evidence"] > control]
-            dropped = max(better, key=lambda r: r["log_evidence"])["dropped"] if better else "none"
+            # the round's winner by ella select's rule: the control, or the best candidate
+            # that kept its fit (the control wins ties)
+            eligible = [rows[0], *kept_their_fit(rows, null)]
+            dropped = max(eligible, key=lambda r: r["log_evidence"])["dropped"]
             yield {
                 "part": "drop", "dataset": dataset, "seed": seed, "train_size": SIZE,
                 "paths": ["conv", "gconv"], "run": run_row(out), "null": null,
@@ -132,8 +136,7 @@ def _pairs(rows: list[dict], part: str, size: int, key: str) -> dict[int, bool]:
     for seed in sorted({s for _, s in mine}):
         if ("mnist", seed) in mine and ("rotated_mnist", seed) in mine:
             upright, rotated = (mine[d, seed][key] for d in DATASETS)
-            as_list = lambda v: [v] if isinstance(v, str) else v  # noqa: E731
-            found[seed] = follows_rotation(as_list(upright), as_list(rotated))
+            found[seed] = follows_rotation(as_paths(upright), as_paths(rotated))
     return found
 
 
@@ -160,10 +163,6 @@ def verdicts(rows: list[dict]) -> dict[str, dict]:
                 "answer": over_seeds(list(flags.values())),
             }  # fmt: skip
     return found
-
-
-def _paths(kept) -> str:
-    return "+".join(kept).upper() if isinstance(kept, list) else kept.upper()
 
 
 def _candidate(row: dict, control: dict) -> str:
@@ -222,7 +221,8 @@ def markdown(payload: dict) -> str:
                 steps.append(f"{number}: {candidates}")
             lines.append(
                 f"| {r['dataset']} | {r['seed']} | {100 * r['run']['test_accuracy']:.2f} "
-                f"| {'; '.join(steps)} | {_paths(r['kept'])} | {r['null']['log_evidence']:.0f} |"
+                f"| {'; '.join(steps)} | {paths_upper(r['kept'])} "
+                f"| {r['null']['log_evidence']:.0f} |"
             )
         lines.append("")
     lines += ["## Does it follow the data?", ""]
