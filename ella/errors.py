@@ -23,6 +23,11 @@ def error_summary(err: BaseException, limit: int = 200) -> str:
 class EllaError(Exception):
     """A problem with an input, an option, a file or a run directory."""
 
+    def on_command_line(self) -> str:
+        """The message as the command line prints it: the message itself, unless an error
+        names options that the command line spells as flags."""
+        return str(self)
+
 
 class ConfigError(EllaError, ValueError):
     """An option or argument that cannot work; the message names it and its valid values."""

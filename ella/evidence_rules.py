@@ -5,8 +5,8 @@ each with the rule's reason and the nearest settings that can. The evidence reci
 (:meth:`ella.engine.recipe.EvidenceRecipe.check`), the configurations of ``ella train`` and
 :func:`ella.fit` (:meth:`ella.engine.schedule.ScheduleConfig.check`), the subset rounds of
 :class:`~ella.learner.PriorLearner` and :class:`~ella.marglik.LaplaceEvidence` ask it, and
-each words the answer in its own names (:meth:`RuleProblem.words`): Python keywords below
-the command line, flags on it.
+each words the answer in its own names (:meth:`RuleProblem.words`) as Python keywords; the
+command line prints the same refusal with its flags (:meth:`EvidenceRuleError.on_command_line`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ella.errors import ConfigError
 
 __all__ = [
     "CONFIG_NAMES",
+    "EvidenceRuleError",
     "RuleProblem",
     "as_flag",
     "check_evidence_settings",
@@ -178,10 +179,35 @@ def first_problem(
     return problems[0].words(names, flags) if problems else None
 
 
+class EvidenceRuleError(ConfigError):
+    """Settings that break one of the evidence's rules.
+
+    The message names the settings as Python keywords in the caller's names; the command
+    line prints :meth:`on_command_line`, which names them as its flags.
+
+    Attributes:
+        problem: the rule broken, its settings and their fixes.
+        names: the caller's names of the recipe's settings (:meth:`RuleProblem.words`).
+        context: what the rule was asked about (``"64 training examples"``), or ``""``.
+    """
+
+    def __init__(self, problem: RuleProblem, names: Mapping[str, str], context: str = ""):
+        self.problem, self.names, self.context = problem, names, context
+        super().__init__(self._with_context(problem.words(names)))
+
+    def _with_context(self, words: str) -> str:
+        return f"{words} ({self.context})" if self.context else words
+
+    def on_command_line(self) -> str:
+        """The refusal with the settings as flags (``--prior-update optimum``)."""
+        return self._with_context(self.problem.words(self.names, flags=True))
+
+
 def check_evidence_settings(
-    names: Mapping[str, str] | None = None, flags: bool = False, context: str = "", **settings
+    names: Mapping[str, str] | None = None, context: str = "", **settings
 ) -> None:
-    """Refuse (ConfigError) the first rule ``settings`` break (:func:`first_problem`), in
-    the caller's ``names`` and form, followed by ``context`` where it is given."""
-    if problem := first_problem(names, flags, **settings):
-        raise ConfigError(f"{problem} ({context})" if context else problem)
+    """Refuse (:class:`EvidenceRuleError`) the first rule ``settings`` break
+    (:func:`evidence_problems`), in the caller's ``names``, followed by ``context`` where
+    it is given."""
+    if problems := evidence_problems(**settings):
+        raise EvidenceRuleError(problems[0], names or {}, context)

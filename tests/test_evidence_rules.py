@@ -3,27 +3,40 @@
 import pytest
 import torch
 
+import ella
+from ella import PriorLearner
 from ella.engine.recipe import EvidenceRecipe
 from ella.engine.schedule import ScheduleConfig
 from ella.errors import ConfigError
-from ella.evidence_rules import CONFIG_NAMES, evidence_problems, first_problem
+from ella.evidence_rules import (
+    CONFIG_NAMES,
+    EvidenceRuleError,
+    as_flag,
+    evidence_problems,
+    first_problem,
+)
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.train import TrainConfig
+from tests.cli_runs import TINY, refused
+from tests.test_api_inputs import FAST, N, labels, loader, tiny_model
+
+#: each rule broken alone, by the recipe's names (``n_data`` is the entry point's), and
+#: the words of its reason
+RULES = [
+    ({"hessian": "diag", "backend": "native"}, "Kronecker factors only"),
+    ({"ggn": "stratified", "backend": "asdl"}, "the native backend's estimator"),
+    ({"ggn": "stratified", "likelihood": "regression"}, "samples class labels"),
+    ({"update": "optimum", "hessian": "full", "backend": "asdl"}, "optimum needs"),
+    ({"update": "adam", "step": 0.5}, "a step towards the optimum needs the optimum"),
+    ({"response": "laplace", "hessian": "diag", "backend": "asdl"}, "Laplace response"),
+    ({"subset_size": 4, "hessian": "diag", "backend": "asdl"}, "subset"),
+]
 
 
-@pytest.mark.parametrize(
-    "settings, reason",
-    [
-        ({"hessian": "diag", "backend": "native"}, "Kronecker factors only"),
-        ({"ggn": "stratified", "backend": "asdl"}, "the native backend's estimator"),
-        ({"ggn": "stratified", "likelihood": "regression"}, "samples class labels"),
-        ({"update": "optimum", "hessian": "full", "backend": "asdl"}, "optimum needs"),
-        ({"update": "adam", "step": 0.5}, "a step towards the optimum needs the optimum"),
-        ({"response": "laplace", "hessian": "diag", "backend": "asdl"}, "Laplace response"),
-        ({"subset_size": 10, "n_data": 20, "hessian": "diag", "backend": "asdl"}, "subset"),
-    ],
-)
+@pytest.mark.parametrize("settings, reason", RULES)
 def test_each_rule_is_broken_alone_and_worded_with_its_fix(settings, reason):
+    if "subset_size" in settings:
+        settings = {**settings, "n_data": N}
     (problem,) = evidence_problems(**settings)
     assert reason in problem.reason
     python, flags = problem.words(), problem.words(CONFIG_NAMES, flags=True)
@@ -45,19 +58,67 @@ def test_settings_that_keep_every_rule_are_not_refused():
 
 def test_every_entry_point_asks_the_same_rule_in_its_own_names():
     """The closed-form optimum on a diagonal Hessian: the recipe and LaplaceEvidence name
-    Python keywords, the command line's configurations flags; the words are the rule's."""
+    the recipe's keywords, the configurations their fields, the command line its flags
+    (:meth:`~ella.evidence_rules.EvidenceRuleError.on_command_line`); the words are the
+    rule's."""
     rule = first_problem(update="optimum", hessian="diag", backend="asdl")
     reason = rule.split(": ", 1)[1]
     with pytest.raises(ConfigError) as recipe:
         EvidenceRecipe(update="optimum", hessian="diag", backend="asdl")
-    with pytest.raises(ConfigError) as schedule:
+    with pytest.raises(EvidenceRuleError) as schedule:
         ScheduleConfig(prior_update="optimum", hessian="diag", backend="asdl")
     assert str(recipe.value) == rule
-    assert str(schedule.value) == "--prior-update optimum --hessian diag: " + reason.replace(
-        "hessian='kron', or update='adam'", "--hessian kron, or --prior-update adam"
+    assert str(schedule.value) == "prior_update='optimum', hessian='diag': " + reason.replace(
+        "update='adam'", "prior_update='adam'"
     )
-    with pytest.raises(ConfigError, match="--marglik-subset-size 100 --hessian diag: a round"):
+    assert schedule.value.on_command_line() == (
+        "--prior-update optimum --hessian diag: "
+        + reason.replace(
+            "hessian='kron', or update='adam'", "--hessian kron, or --prior-update adam"
+        )
+    )
+    with pytest.raises(ConfigError, match="marglik_subset_size=100, hessian='diag': a round"):
         TrainConfig(train_size=200, marglik_subset_size=100, hessian="diag", backend="asdl")
     model = torch.nn.Linear(3, 2)
     with pytest.raises(ConfigError, match="^structure='diag', backend='native': the native"):
         LaplaceEvidence(model, PriorStructure(model), structure="diag", backend="native")
+
+
+def _rule(settings: dict) -> tuple[str, list[str]]:
+    """The rule's reason, and the recipe's names of the settings its message names."""
+    if "subset_size" in settings:
+        settings = {**settings, "n_data": N}
+    (problem,) = evidence_problems(**settings)
+    return problem.reason, [n for n in problem.settings if n != "likelihood"]
+
+
+@pytest.mark.parametrize("settings, reason", RULES)
+def test_the_command_line_ella_fit_and_the_learner_refuse_each_rule_in_one_message(
+    settings, reason, capsys, tmp_path
+):
+    """Each invalid combination, fed to ``ella train``, :func:`ella.fit` and
+    :class:`~ella.PriorLearner`: each refuses it before any work, in one message whose
+    reason is the rule's, with its settings in the entry point's own names."""
+    rule, named = _rule(settings)
+    likelihood = settings.get("likelihood")
+    recipe = {k: v for k, v in settings.items() if k != "likelihood"}
+    if likelihood is None:  # ella train learns classifiers only
+        flags = [w for k, v in recipe.items() for w in (as_flag(CONFIG_NAMES.get(k, k)), str(v))]
+        out = tmp_path / "run"
+        err = refused(capsys, ["train", *TINY, *flags, "--out", str(out)], 1, rule)
+        assert err.count(rule) == 1 and not out.exists()
+        assert all(as_flag(CONFIG_NAMES.get(name, name)) in err for name in named)
+    options = {CONFIG_NAMES.get(k, k): v for k, v in recipe.items()}
+    y = labels() if likelihood is None else torch.randn(N, 3)
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ConfigError) as fit:
+        ella.fit(model, loader(y), likelihood=likelihood or "classification", **FAST, **options)
+    assert str(fit.value).count(rule) == 1
+    assert all(f"{CONFIG_NAMES.get(name, name)}=" in str(fit.value) for name in named)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    with pytest.raises(ConfigError) as learner:
+        PriorLearner(tiny_model(), N, likelihood=likelihood or "classification", **recipe)
+    assert str(learner.value).count(rule) == 1
+    for name in named:  # the learner's words are the recipe's names
+        assert f"{name}=" in str(learner.value)

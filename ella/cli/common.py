@@ -320,7 +320,8 @@ def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable:
         try:
             return command(args)
         except (EllaError, ValueError, FileNotFoundError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            said = err.on_command_line() if isinstance(err, EllaError) else err
+            print(f"error: {said}", file=sys.stderr)
             return 1
         except SystemExit as err:  # a dependency's exit(): never a silent end
             print(

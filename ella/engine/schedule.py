@@ -118,22 +118,25 @@ class ScheduleConfig(OptimizerConfig):
 
     def check(self) -> None:
         """The optimiser's checks, then resolve ``prior_step`` and ask the evidence's rules
-        (:func:`~ella.evidence_rules.evidence_problems`), worded as flags."""
+        (:func:`~ella.evidence_rules.evidence_problems`), worded in the fields' names (the
+        command line prints its flags)."""
         super().check()
         if self.prior_step is None:  # resolved by the rule, so a default never refuses
             step = 1.0 if self.prior_update == PriorUpdate.ADAM else OPTIMUM_STEP
             object.__setattr__(self, "prior_step", step)
-        check_evidence_settings(
-            CONFIG_NAMES,
-            flags=True,
-            hessian=self.hessian,
-            backend=self.backend,
-            ggn=self.ggn,
-            update=self.prior_update,
-            # a step given with the update left to auto is that rule's (resolved above)
-            step=None if self.prior_update == PriorUpdate.AUTO else self.prior_step,
-            response=self.weight_response,
-        )
+        check_evidence_settings(CONFIG_NAMES, **self.evidence_settings())
+
+    def evidence_settings(self) -> dict[str, object]:
+        """The settings the evidence's rules read, by the recipe's names."""
+        return {
+            "hessian": self.hessian,
+            "backend": self.backend,
+            "ggn": self.ggn,
+            "update": self.prior_update,
+            # a step given with the update left to auto is that rule's (resolved in check)
+            "step": None if self.prior_update == PriorUpdate.AUTO else self.prior_step,
+            "response": self.weight_response,
+        }
 
     def prior_update_rule(self) -> PriorUpdate:
         """The update in force: ``prior_update`` with ``auto`` resolved

@@ -100,6 +100,16 @@ class PriorLearner:
         self.model = model
         self.n_data = n_data
         self.likelihood = Likelihood.parse(likelihood, "likelihood")
+        # the rules the recipe alone cannot ask: they read the data and the likelihood
+        check_evidence_settings(
+            context=f"{n_data} training examples",
+            hessian=recipe.hessian,
+            backend=recipe.backend,
+            ggn=recipe.ggn,
+            subset_size=recipe.subset_size,
+            n_data=n_data,
+            likelihood=self.likelihood,
+        )
         self.sigma_noise = sigma_noise
         self.data_parallel = data_parallel
         if recipe.hessian == HessianStructure.KRON:
@@ -360,14 +370,7 @@ class PriorLearner:
             )
         index = self.round_subset(data, epoch, labels)
         ratio = 1.0
-        if index is not None:
-            check_evidence_settings(
-                context=f"{len(data)} training examples",
-                hessian=self.hessian,
-                backend=self.recipe.backend_in_force(),
-                subset_size=len(index),
-                n_data=len(data),
-            )
+        if index is not None:  # a subset's rule was asked when the learner was built
             ratio = self.curvature_ratio(data, index, traces)
             data = Subset(data, index)
         self.last_curvature_ratio = ratio

@@ -187,7 +187,6 @@ class TrainConfig(ScheduleConfig):
             )
         check_evidence_settings(  # the subset's rule: the training images are known here
             CONFIG_NAMES,
-            flags=True,
             hessian=self.hessian,
             backend=self.backend,
             subset_size=self.marglik_subset_size,

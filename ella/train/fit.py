@@ -99,6 +99,11 @@ class FitConfig(ScheduleConfig):
     # a DataLoader with shuffle=True and no generator of its own, or with shuffle=False)
     subset_control: SubsetControl = LOOP_CONTROL
 
+    def evidence_settings(self) -> dict[str, object]:
+        """The schedule's settings and the likelihood (the stratified GGN samples class
+        labels), so a regression with that estimator is refused before training."""
+        return {**super().evidence_settings(), "likelihood": self.likelihood}
+
 
 @dataclass
 class FitResult:

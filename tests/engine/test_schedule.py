@@ -143,7 +143,7 @@ def test_auto_with_learned_invariance_trains_with_adam_rounds(tmp_path):
 def test_a_non_kronecker_hessian_needs_a_stock_backend():
     from ella.engine.schedule import ScheduleConfig
 
-    with pytest.raises(ConfigError, match="--hessian full --backend native: the native backend"):
+    with pytest.raises(ConfigError, match="hessian='full', backend='native': the native backend"):
         ScheduleConfig(hessian="full", backend="native")
     ScheduleConfig(hessian="full", backend="asdl")  # the stock backends give it
 
@@ -151,7 +151,7 @@ def test_a_non_kronecker_hessian_needs_a_stock_backend():
 def test_the_stratified_ggn_needs_the_native_backend():
     from ella.engine.schedule import ScheduleConfig
 
-    with pytest.raises(ConfigError, match="--ggn stratified --backend curvlinops: the strat"):
+    with pytest.raises(ConfigError, match="ggn='stratified', backend='curvlinops': the strat"):
         ScheduleConfig(ggn="stratified", backend="curvlinops")
     ScheduleConfig(ggn="stratified")  # native, the default backend
 

@@ -1,8 +1,12 @@
 """The registry of path kinds: the one place a kind's name, facts and rules live."""
 
+import math
+
 import pytest
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
+import ella
 from ella.choices import PathName
 from ella.marglik import PriorStructure
 from ella.marglik.effective import split_name
@@ -90,6 +94,13 @@ def test_a_new_kind_is_its_class_and_its_registry_entry(monkeypatch, float64):
     torch.manual_seed(0)
     model = zero_padded(NoHead("C4", ("gconv", "wide")))
     assert_same_evidence(fitted(model, "native"), fitted(model, "asdl"))
+    # and it trains: one epoch of ella.fit with an evidence round, its prior learned
+    x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    data = DataLoader(TensorDataset(x, torch.arange(16) % 5), batch_size=8, shuffle=True)
+    result = ella.fit(model, data, epochs=1, n_epochs_burnin=0, marglik_frequency=1,
+                      n_hypersteps=1, progress=False)  # fmt: skip
+    assert "layer1.wide" in result.prior_precision and math.isfinite(result.log_marglik[-1])
+    assert result.effective_parameters[0]["wide"] >= 0
 
 
 def test_rate_facts_come_from_the_kinds():

@@ -144,7 +144,7 @@ def test_bad_configuration(tmp_path):
         Trainer(tiny_config(optimizer="rmsprop"), tmp_path)
     with pytest.raises(CheckpointError, match="no checkpoint"):
         Trainer(tiny_config(), tmp_path / "empty").run(resume=True)
-    with pytest.raises(ValueError, match="--prior-step 0.5 --prior-update adam: a step"):
+    with pytest.raises(ValueError, match="prior_step=0.5, prior_update='adam': a step"):
         Trainer(tiny_config(prior_step=0.5, prior_update="adam"), tmp_path)
     with pytest.raises(ValueError, match="prior_step must be greater than 0"):
         Trainer(tiny_config(prior_step=0.0, prior_update="optimum"), tmp_path)
