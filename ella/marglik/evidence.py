@@ -183,7 +183,8 @@ def check_memory(model: nn.Module, structure: HessianStructure | str) -> None:
         raise ConfigError(
             f"the {HessianStructure.parse(structure).value} Laplace Hessian of this model "
             f"({p:,} parameters) needs about {format_bytes(need)}, but only "
-            f"{format_bytes(have)} of memory is available; use --hessian kron (or a smaller model)"
+            f"{format_bytes(have)} of memory is available; use the Kronecker Hessian, 'kron' "
+            "(or a smaller model)"
         )
 
 
@@ -686,7 +687,7 @@ class LaplaceEvidence:
         needs them."""
         if self._terms is None:
             raise ConfigError(
-                f"{what} needs the Kronecker Hessian (--hessian kron) and a fitted evidence"
+                f"{what} needs the Kronecker Hessian (structure='kron') and a fitted evidence"
             )
         return self._terms
 

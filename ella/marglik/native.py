@@ -308,8 +308,8 @@ class NativeGGN(CurvatureInterface):
 
     def full(self, x, y, **kwargs):
         """Refused: the native backend gives Kronecker factors only (:meth:`kron`)."""
-        raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")
+        raise ValueError("the native backend gives Kronecker factors only; use 'kron'")
 
     def diag(self, x, y, **kwargs):
         """Refused: the native backend gives Kronecker factors only (:meth:`kron`)."""
-        raise ValueError("the native backend gives Kronecker factors only; use --hessian kron")
+        raise ValueError("the native backend gives Kronecker factors only; use 'kron'")
