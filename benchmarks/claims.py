@@ -608,7 +608,6 @@ SELECT_1000 = ("experiments/results/path_select.json",
 SELECT_TABLE1 = "experiments/results/path_select_table1/path_select_table1.json"
 MINIATURE = "experiments/results/miniature.jsonl"
 RELIABILITY = "experiments/results/reliability.json"
-RECORD_ONLY = "the record's figures; its results file is not committed"
 
 
 def follows_rotation(upright: Iterable[str], rotated: Iterable[str]) -> bool:
@@ -665,23 +664,28 @@ def paths_upper(kept: str | Sequence[str]) -> str:
 
 
 def _measured_anew(root: Path) -> Callable[..., Reliability]:
-    """``measured(part, size, question, images, records, fallback, fallback_records)``: the
-    row of one question of ``experiments/results/reliability.json`` (its verdict by
-    :func:`follows_rotation` per seed, :func:`over_seeds` over them, and what each seed
-    kept), or, where the file has not measured it at two seeds, the record's figures."""
-    payload = json.loads((root / RELIABILITY).read_text()) if (root / RELIABILITY).is_file() else {}
-    rows = payload.get("rows", [])
+    """``measured(part, size, question, images, records)``: the row of one question of
+    ``experiments/results/reliability.json`` (its verdict by :func:`follows_rotation` per
+    seed, :func:`over_seeds` over them, and what each seed kept); a question the file has
+    not measured at two seeds is refused (``python -m experiments.reliability`` resumes)."""
+    if not (root / RELIABILITY).is_file():
+        raise SystemExit(f"{RELIABILITY} is missing: it is committed with its record")
+    payload = json.loads((root / RELIABILITY).read_text())
+    rows = payload["rows"]
 
-    def measured(part, size, question, images, records, fallback, fallback_records):
+    def measured(part, size, question, images, records):
         part, _, key = part.partition(":")
         key = key or ("winner" if part == "corners" else "kept")
         verdict = next(
-            (v for v in payload.get("verdicts", {}).values()
+            (v for v in payload["verdicts"].values()
              if (v["part"], v["train_size"], v["key"]) == (part, size, key)),
             None,
         )  # fmt: skip
         if verdict is None or len(verdict["follows"]) < 2:  # a row is asked at two seeds
-            return Reliability(question, images, fallback, fallback_records)
+            raise SystemExit(
+                f"{RELIABILITY} has no {part} row at {size} images at two seeds: run "
+                f"python -m experiments.reliability --parts {part} (it resumes)"
+            )
         mine = {(r["dataset"], r["seed"]): r for r in rows
                 if r["part"] == part and r["train_size"] == size}  # fmt: skip
         seeds = [int(s) for s in verdict["follows"]]
@@ -702,9 +706,8 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
 
 
 def reliability_rows(root: Path = ROOT) -> list[Reliability]:
-    """The guide's reliability table: rows read from results files by one rule each
-    (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`), and the rows
-    whose results files are not committed, quoted from their records and marked so."""
+    """The guide's reliability table: every row read from a results file by one rule
+    (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`)."""
     for path in (*SELECT_1000, SELECT_TABLE1, MINIATURE):
         if not (root / path).is_file():
             raise SystemExit(f"{path} is missing: it is committed with its record")
@@ -715,10 +718,8 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     r0043 = _record("0043", "reliability-rows-measured")
     rows = [
         measured("corners", 1000, "CONV-only against GCONV-only, each trained from scratch",
-                 "1,000, the default mixer", f"{r0043} ({r0016})",
-                 f"undecided (seeds 0-4 disagree; {RECORD_ONLY})", r0016),
-        measured("corners", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0016})",
-                 f"yes, both seeds ({RECORD_ONLY})", r0016),
+                 "1,000, the default mixer", f"{r0043} ({r0016})"),
+        measured("corners", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0016})"),
     ]  # fmt: skip
     # the miniature: single-path networks after 300 epochs, by KFAC and by the full GGN
     checks = [json.loads(line) for line in (root / MINIATURE).read_text().splitlines()]
@@ -740,12 +741,9 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     ))  # fmt: skip
     rows += [
         measured("drop", 5000, "drop one path, train on 20 epochs (`--drop-only`)",
-                 "5,000, CONV+GCONV", f"{r0043} ({r0017})",
-                 f"yes: CONV dropped on rotated MNIST only, both seeds ({RECORD_ONLY})", r0017),
+                 "5,000, CONV+GCONV", f"{r0043} ({r0017})"),
         measured("select:first_round_kept", 5000, "the same", "5,000, FC+CONV+GCONV",
-                 f"{r0043} ({r0017})",
-                 "no: seed 0 keeps every path on both sets, seed 1 drops CONV on both "
-                 f"({RECORD_ONLY})", r0017),
+                 f"{r0043} ({r0017})"),
     ]  # fmt: skip
     selected: dict[tuple[str, int], dict] = {}
     for path in SELECT_1000:
@@ -768,9 +766,7 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         answer += "; every selected network's evidence below that of no network"
     rows += [
         Reliability("greedy selection (`ella select`)", "1,000, Table 3's mixer", answer, r0018),
-        measured("select", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0018})",
-                 f"mixed: at 1 seed of 2 (seed 0 keeps every path on rotated MNIST; "
-                 f"{RECORD_ONLY})", r0018),
+        measured("select", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0018})"),
     ]  # fmt: skip
     table1 = _selection_rows(root, SELECT_TABLE1)
     seeds = sorted({seed for _, seed in table1})
@@ -785,11 +781,10 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
 
 
 GUIDE_LEGEND = textwrap.fill(
-    "Rows with a results file are read from it by `python -m benchmarks.claims`, by one "
+    "Every row is read from its results file by `python -m benchmarks.claims`, by one "
     "rule: on MNIST against rotated MNIST the evidence follows the data where it keeps CONV "
     "on the upright digits and drops it on the rotated ones, keeping GCONV there; on Table "
-    "1's tasks where it keeps FC on (digit, quadrant) and drops it on digit. Rows marked "
-    "as the record's quote their record, whose results file is not committed.",
+    "1's tasks where it keeps FC on (digit, quadrant) and drops it on digit.",
     width=92,
     break_on_hyphens=False,
 )

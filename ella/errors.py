@@ -21,12 +21,21 @@ def error_summary(err: BaseException, limit: int = 200) -> str:
 
 
 class EllaError(Exception):
-    """A problem with an input, an option, a file or a run directory."""
+    """A problem with an input, an option, a file or a run directory.
+
+    Args:
+        *args: the message (Python's names for options).
+        command_line: the message as the command line prints it, where it names options
+            that the command line spells as flags; ``None``: the message itself.
+    """
+
+    def __init__(self, *args: object, command_line: str | None = None):
+        super().__init__(*args)
+        self.command_line = command_line
 
     def on_command_line(self) -> str:
-        """The message as the command line prints it: the message itself, unless an error
-        names options that the command line spells as flags."""
-        return str(self)
+        """The message as the command line prints it (its flags for options)."""
+        return self.command_line or str(self)
 
 
 class ConfigError(EllaError, ValueError):

@@ -6,7 +6,7 @@ each with the rule's reason and the nearest settings that can. The evidence reci
 :func:`ella.fit` (:meth:`ella.engine.schedule.ScheduleConfig.check`), the subset rounds of
 :class:`~ella.learner.PriorLearner` and :class:`~ella.marglik.LaplaceEvidence` ask it, and
 each words the answer in its own names (:meth:`RuleProblem.words`) as Python keywords; the
-command line prints the same refusal with its flags (:meth:`EvidenceRuleError.on_command_line`).
+command line prints the same refusal with its flags (:class:`EvidenceRuleError`).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class EvidenceRuleError(ConfigError):
     """Settings that break one of the evidence's rules.
 
     The message names the settings as Python keywords in the caller's names; the command
-    line prints :meth:`on_command_line`, which names them as its flags.
+    line prints :meth:`~ella.errors.EllaError.on_command_line`, which names them as flags.
 
     Attributes:
         problem: the rule broken, its settings and their fixes.
@@ -193,14 +193,13 @@ class EvidenceRuleError(ConfigError):
 
     def __init__(self, problem: RuleProblem, names: Mapping[str, str], context: str = ""):
         self.problem, self.names, self.context = problem, names, context
-        super().__init__(self._with_context(problem.words(names)))
 
-    def _with_context(self, words: str) -> str:
-        return f"{words} ({self.context})" if self.context else words
+        def said(words: str) -> str:
+            return f"{words} ({context})" if context else words
 
-    def on_command_line(self) -> str:
-        """The refusal with the settings as flags (``--prior-update optimum``)."""
-        return self._with_context(self.problem.words(self.names, flags=True))
+        super().__init__(
+            said(problem.words(names)), command_line=said(problem.words(names, flags=True))
+        )
 
 
 def check_evidence_settings(

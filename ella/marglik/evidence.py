@@ -180,11 +180,14 @@ def check_memory(model: nn.Module, structure: HessianStructure | str) -> None:
     need, have = hessian_bytes(model, structure), available_memory()
     if have is not None and need > have:
         p = sum(t.numel() for t in model.parameters() if t.requires_grad)
-        raise ConfigError(
+        said = (
             f"the {HessianStructure.parse(structure).value} Laplace Hessian of this model "
             f"({p:,} parameters) needs about {format_bytes(need)}, but only "
-            f"{format_bytes(have)} of memory is available; use the Kronecker Hessian, 'kron' "
-            "(or a smaller model)"
+            f"{format_bytes(have)} of memory is available; use {{}} (or a smaller model)"
+        )
+        raise ConfigError(
+            said.format("the Kronecker Hessian, 'kron'"),
+            command_line=said.format("--hessian kron"),
         )
 
 
