@@ -122,3 +122,15 @@ def test_the_command_line_ella_fit_and_the_learner_refuse_each_rule_in_one_messa
     assert str(learner.value).count(rule) == 1
     for name in named:  # the learner's words are the recipe's names
         assert f"{name}=" in str(learner.value)
+
+
+def test_the_learner_asks_its_rules_again_when_its_recipe_is_replaced():
+    """The recipe may be replaced between rounds (``learner.recipe =
+    learner.recipe.replace(...)``): a round refuses a subset on a diagonal Hessian before
+    fitting anything."""
+    learner = PriorLearner(tiny_model(), N, subset_size=4)
+    learner.recipe = learner.recipe.replace(hessian="diag", backend="asdl")
+    data = torch.utils.data.TensorDataset(torch.randn(N, 4), labels())
+    with pytest.raises(EvidenceRuleError, match="subset_size=4, hessian='diag': a round"):
+        learner.evidence_round(data, epoch=1)
+    assert learner.evidence is None and learner.history == []

@@ -100,16 +100,7 @@ class PriorLearner:
         self.model = model
         self.n_data = n_data
         self.likelihood = Likelihood.parse(likelihood, "likelihood")
-        # the rules the recipe alone cannot ask: they read the data and the likelihood
-        check_evidence_settings(
-            context=f"{n_data} training examples",
-            hessian=recipe.hessian,
-            backend=recipe.backend,
-            ggn=recipe.ggn,
-            subset_size=recipe.subset_size,
-            n_data=n_data,
-            likelihood=self.likelihood,
-        )
+        self.check_rules()
         self.sigma_noise = sigma_noise
         self.data_parallel = data_parallel
         if recipe.hessian == HessianStructure.KRON:
@@ -352,6 +343,21 @@ class PriorLearner:
         ``None``: every example."""
         return round_subset(self.recipe, data, epoch, self.likelihood, labels)
 
+    def check_rules(self) -> None:
+        """Refuse the recipe in force where it breaks a rule that the recipe alone cannot
+        ask, since it reads the data and the likelihood (a subset of the ``n_data``
+        examples needs the Kronecker Hessian; the stratified GGN, classification): asked
+        when the learner is built and at every round, as the recipe may be replaced."""
+        check_evidence_settings(
+            context=f"{self.n_data} training examples",
+            hessian=self.recipe.hessian,
+            backend=self.recipe.backend,
+            ggn=self.recipe.ggn,
+            subset_size=self.recipe.subset_size,
+            n_data=self.n_data,
+            likelihood=self.likelihood,
+        )
+
     def fit_round(
         self,
         data: Dataset,
@@ -368,9 +374,10 @@ class PriorLearner:
                 f"evidence_round needs the whole training set: got {len(data)} examples, "
                 f"n_data is {self.n_data}"
             )
+        self.check_rules()
         index = self.round_subset(data, epoch, labels)
         ratio = 1.0
-        if index is not None:  # a subset's rule was asked when the learner was built
+        if index is not None:
             ratio = self.curvature_ratio(data, index, traces)
             data = Subset(data, index)
         self.last_curvature_ratio = ratio
