@@ -34,7 +34,6 @@ from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
 from ella.errors import ConfigError
-from ella.evidence_rules import CONFIG_NAMES, check_evidence_settings
 from ella.models.build import check_mixer_options
 from ella.options import option
 from ella.rundir import SELECT_EPOCHS
@@ -142,6 +141,15 @@ class TrainConfig(ScheduleConfig):
         invariant_rounds = self.learn_priors and self.invariance != InvarianceMethod.NONE
         return super().steps_priors_by_adam() or bool(invariant_rounds)
 
+    def evidence_settings(self) -> dict[str, object]:
+        """The schedule's settings and the rounds' subset of the training images, which
+        ``ella train`` knows before it starts (``train_size``; ``None``: all of them)."""
+        return {
+            **super().evidence_settings(),
+            "subset_size": self.marglik_subset_size,
+            "n_data": self.train_size,
+        }
+
     def check(self) -> None:
         """Cross-option checks (choices and ranges are checked by :class:`Config`)."""
         super().check()
@@ -185,13 +193,6 @@ class TrainConfig(ScheduleConfig):
                 f"--augment {self.augment} would impose by training-time augmentation "
                 "(ella train's default is --augment translate): add --augment none"
             )
-        check_evidence_settings(  # the subset's rule: the training images are known here
-            CONFIG_NAMES,
-            hessian=self.hessian,
-            backend=self.backend,
-            subset_size=self.marglik_subset_size,
-            n_data=self.train_size,
-        )
         if self.invariance == InvarianceMethod.LEARNED and self.prior_update == PriorUpdate.OPTIMUM:
             raise ConfigError(
                 "--prior-update optimum is for the network's priors alone; learned "
