@@ -33,10 +33,14 @@ RULES = [
 ]
 
 
+def _with_n_data(settings: dict) -> dict:
+    """``settings`` with the entry points' ``N`` training examples where a subset is asked."""
+    return {**settings, "n_data": N} if "subset_size" in settings else settings
+
+
 @pytest.mark.parametrize("settings, reason", RULES)
 def test_each_rule_is_broken_alone_and_worded_with_its_fix(settings, reason):
-    if "subset_size" in settings:
-        settings = {**settings, "n_data": N}
+    settings = _with_n_data(settings)
     (problem,) = evidence_problems(**settings)
     assert reason in problem.reason
     python, flags = problem.words(), problem.words(CONFIG_NAMES, flags=True)
@@ -44,7 +48,7 @@ def test_each_rule_is_broken_alone_and_worded_with_its_fix(settings, reason):
         fixed = {**settings, **fix}
         if fixed.get("subset_size") is None:
             fixed.pop("n_data", None)
-        assert evidence_problems(**{k: v for k, v in fixed.items()}) == []
+        assert evidence_problems(**fixed) == []
     assert "--" not in python and "use " in python
     assert flags.startswith("--") and "=" not in flags
 
@@ -86,9 +90,7 @@ def test_every_entry_point_asks_the_same_rule_in_its_own_names():
 
 def _rule(settings: dict) -> tuple[str, list[str]]:
     """The rule's reason, and the recipe's names of the settings its message names."""
-    if "subset_size" in settings:
-        settings = {**settings, "n_data": N}
-    (problem,) = evidence_problems(**settings)
+    (problem,) = evidence_problems(**_with_n_data(settings))
     return problem.reason, [n for n in problem.settings if n != "likelihood"]
 
 
@@ -100,6 +102,7 @@ def test_the_command_line_ella_fit_and_the_learner_refuse_each_rule_in_one_messa
     :class:`~ella.PriorLearner`: each refuses it before any work, in one message whose
     reason is the rule's, with its settings in the entry point's own names."""
     rule, named = _rule(settings)
+    assert reason in rule
     likelihood = settings.get("likelihood")
     recipe = {k: v for k, v in settings.items() if k != "likelihood"}
     if likelihood is None:  # ella train learns classifiers only
