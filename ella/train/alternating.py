@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from ella.choices import Likelihood, SubsetControl
+from ella.choices import HessianStructure, Likelihood, SubsetControl
 from ella.distributed import World
 from ella.engine.arithmetic import StepArithmetic
 from ella.engine.epochs import EpochRun, EpochState, Stream, epoch_generator
@@ -55,7 +55,7 @@ from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels, prior_convergence, shares_history
 from ella.learner.report import effective_parameter_report, layer_mean_shares
 from ella.marglik.control import output_hessian_trace
-from ella.marglik.evidence import non_finite_parameters
+from ella.marglik.evidence import LaplaceEvidence, non_finite_parameters
 from ella.rundir import checkpoint_note
 
 __all__ = [
@@ -503,6 +503,20 @@ class AlternatingRun(EpochRun):
         precisions = self.priors.log_prior.detach().exp()
         return effective_parameter_report(self.priors.model, evidence, precisions)
 
+    def evidence_terms(self) -> dict[str, float]:
+        """The round's log evidence split into its three terms at the current precisions
+        (:meth:`~ella.marglik.LaplaceEvidence.terms`: ``log_likelihood``, ``log_det``,
+        ``scatter``); empty where the round's evidence is not the Kronecker one of the
+        network's priors (an input invariance's, or a dense or diagonal Hessian)."""
+        evidence = self.round_evidence
+        if self.invariance is not None or not isinstance(evidence, LaplaceEvidence):
+            return {}
+        if evidence.structure != HessianStructure.KRON:
+            return {}
+        with torch.no_grad():
+            parts = evidence.terms(self.priors.log_prior)
+        return {name: float(value) for name, value in parts.items()}
+
     def round_metrics(self, value: float) -> dict:
         """What a round of log evidence ``value`` adds to its epoch's row: the precisions,
         the gap to the round's optimum (the learner's rounds), the control variate's factor
@@ -515,6 +529,9 @@ class AlternatingRun(EpochRun):
         gap = self.priors.gaps[-1] if self.invariance is None else None
         if gap is not None:
             row["prior_gap"] = gap
+        terms = self.evidence_terms()
+        if terms:
+            row["evidence_terms"] = terms
         partial = recipe.draws_subset(len(self.train_data))
         if partial and recipe.control != SubsetControl.NONE:
             row["curvature_ratio"] = self.priors.last_curvature_ratio
