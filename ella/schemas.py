@@ -208,7 +208,7 @@ SELECTION_FILE = Record(
         "finished": bool,
         "rounds": ListOf(Record({"kept": ListOf(str), "rows": ListOf(_ROW), "winner": Maybe(str)})),
     },
-    {"null": _NULL, "per_layer": bool},
+    {"null": _NULL, "per_layer": bool, "criterion": str},
 )
 #: ``path_drops.json``
 PATH_DROPS_FILE = Record({"epochs": int, "rows": ListOf(_DROP_ROW)})

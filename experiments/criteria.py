@@ -179,7 +179,7 @@ def glm_log_likelihood(
     probs = torch.zeros_like(f0, dtype=torch.float64)
     for _ in range(draws):
         eps = (la.sample(1, generator=generator)[0] - la.mean).split(sizes)
-        tangent = {n: e.view_as(primals[n]).to(primals[n]) for n, e in zip(names, eps)}
+        tangent = {n: e.view_as(primals[n]).to(primals[n]) for n, e in zip(names, eps, strict=True)}
         with torch.enable_grad():
             _, jv = jvp(logits, (primals,), (tangent,))
         probs += F.softmax((f0 + jv).double(), dim=-1)

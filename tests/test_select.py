@@ -67,13 +67,14 @@ def test_drop_each_path_saves_every_candidate_and_resumes(tmp_path, monkeypatch)
     evidence = {None: -100.0, "conv": -90.0, "gconv": -130.0}
     calls = []
 
-    def fake(run_dir, drop, epochs, data_dir=None, progress=False):
+    def fake(run_dir, dropped, epochs, data_dir=None, progress=False, *args, **kwargs):
+        drop = dropped[0] if dropped else None
         calls.append(drop)
         if drop == "gconv" and len(calls) == 3:
             raise KeyboardInterrupt  # interrupted at the last candidate
-        return {"dropped": drop or "none", "test_accuracy": 0.5, "log_evidence": evidence[drop]}
+        return {"test_accuracy": 0.5, "log_evidence": evidence[drop]}, {}
 
-    monkeypatch.setattr(selection, "train_on_without", fake)
+    monkeypatch.setattr(selection, "train_on", fake)
     with pytest.raises(KeyboardInterrupt):
         selection.drop_each_path(run, 3)
     saved = json.loads((run / PATH_DROPS).read_text())
@@ -124,7 +125,10 @@ def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelih
     returns the weight it ends with, a number unique to the call; the training log
     likelihood is ``likelihood[dropped]``, else -10."""
 
-    def train_on(run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None):
+    def train_on(
+        run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None,
+        criterion=None,
+    ):  # fmt: skip
         if interrupt_at is not None and len(calls) == interrupt_at:
             raise KeyboardInterrupt
         weight = None if start is None else float(start["model"]["w"])
@@ -179,15 +183,15 @@ def test_drop_each_path_reuses_the_first_round_of_a_selection(tmp_path, monkeypa
     def not_again(*args, **kwargs):
         raise AssertionError("a candidate of the selection's first round was trained again")
 
-    monkeypatch.setattr(selection, "train_on_without", not_again)
+    monkeypatch.setattr(selection, "train_on", not_again)
     result = selection.drop_each_path(run, 3)
     assert result["rows"] == record["rounds"][0]["rows"]
     trained = []
     monkeypatch.setattr(
         selection,
-        "train_on_without",
-        lambda run_dir, drop, epochs, data_dir=None, progress=False: (
-            trained.append(drop) or {"dropped": drop or "none", "log_evidence": -1.0}
+        "train_on",
+        lambda run_dir, dropped, *args, **kwargs: (
+            trained.append(dropped[0] if dropped else None) or ({"log_evidence": -1.0}, {})
         ),
     )
     selection.drop_each_path(run, 4, overwrite=True)  # other epochs than the selection's: trained
@@ -485,7 +489,7 @@ def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkey
     text = selection.format_path_selection(record)
     assert "the evidence drops layer1 CONV" in text
     assert "selected: layer1 GCONV, layer2 CONV; test accuracy" in text
-    answer = selection._answer(record)
+    answer = selection.answer._answer(record)
     assert answer.startswith(
         "which paths each layer needs, by the evidence (ella select --per-layer, 3 epochs per "
         "network): layer1 GCONV, layer2 CONV"

@@ -16,9 +16,6 @@ from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.groups import get_group
 from ella.rundir import (
     PATH_OUTPUTS,
-    PATH_SELECTION,
-    PATH_SELECTION_PER_LAYER,
-    PATH_SELECTION_PER_LAYER_FIGURE,
     RESULTS,
     RESULTS_FIX,
     lock_holder,
@@ -117,19 +114,16 @@ def _report_run(
             report_path_outputs(args, run, x)
         if args.symmetry is not None:
             report_symmetry(args, run, x)
-    for name in (PATH_SELECTION, PATH_SELECTION_PER_LAYER):  # the last ella select, again
-        if (run_dir / name).is_file():
-            from ella.selection import (
-                format_path_selection,
-                read_selection,
-                save_per_layer_figure,
-            )
+    from ella.selection import SEARCHES, save_per_layer_figure
 
-            record = read_selection(run_dir / name)
-            if record.get("finished"):
-                print(f"\n{format_path_selection(record)}")
-                if draw and record.get("per_layer"):
-                    figure = run_dir / PATH_SELECTION_PER_LAYER_FIGURE
+    for search in SEARCHES.values():  # the last ella select of each search, again
+        path = run_dir / search.files.record
+        if search.reported and path.is_file():
+            record = search.read(path)
+            if search.finished(record):
+                print(f"\n{search.format(record)}")
+                if draw and search.files.figure and record.get("per_layer"):
+                    figure = run_dir / search.files.figure
                     print(f"figure: {save_per_layer_figure(record, figure)}")
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ella import distributed
 from ella.cli.common import reports_errors
-from ella.cli.train import print_selection
 from ella.errors import ConfigError
 from ella.rundir import SELECT_EPOCHS
 
@@ -17,16 +16,45 @@ def cmd_select(args: argparse.Namespace) -> int:
     """Choose the paths of a finished learned run by the Laplace evidence."""
     if distributed.launched():
         raise ConfigError("ella select runs in one process: run it without torchrun")
+    from ella.selection import search_of
+
+    search = search_of(
+        args.search, drop_only=args.drop_only, per_layer=args.per_layer, option="--search"
+    )
     print_selection(
-        Path(args.run_dir), args.epochs, args.drop_only, args.data_dir, args.progress,
-        per_layer=args.per_layer, overwrite=args.overwrite,
+        Path(args.run_dir), args.epochs, search.name, args.data_dir, args.progress,
+        overwrite=args.overwrite, criterion=args.criterion,
     )  # fmt: skip
     return 0
 
 
+def print_selection(
+    run_dir: Path,
+    epochs: int,
+    search: str | None,
+    data_dir,
+    progress: bool = True,
+    overwrite: bool = False,
+    criterion: str | None = None,
+) -> None:
+    """Run a registered search on a learned run (:func:`ella.selection.run_search`), print
+    its record (:meth:`~ella.selection.Search.format`) and the files written."""
+    from ella.selection import criterion_of, run_search, save_per_layer_figure, search_of
+
+    chosen = search_of(search, option="--search")
+    criterion_of(criterion, "--criterion")
+    record = run_search(run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion)
+    print(chosen.format(record))
+    names = [chosen.files.record, *([chosen.files.winner] if chosen.files.winner else [])]
+    if chosen.files.figure and record.get("per_layer"):
+        save_per_layer_figure(record, run_dir / chosen.files.figure)
+        names.append(chosen.files.figure)
+    print(f"written: {', '.join(str(run_dir / f) for f in names)}")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """``ella select RUN_DIR [--drop-only | --per-layer] [--epochs N] [--data-dir DIR]
-    [--no-progress]``."""
+    """``ella select RUN_DIR [--drop-only | --per-layer | --search NAME] [--criterion NAME]
+    [--epochs N] [--data-dir DIR] [--no-progress]``."""
     select = sub.add_parser(
         "select",
         help="choose the paths a learned run's network needs by the evidence (trains candidates)",
@@ -54,6 +82,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="drop one path of one layer at a time (every layer keeps one path at least), "
         "greedily as by default: each round trains one network per path of every layer "
         "that still has two or more; writes path_selection_per_layer.json and .pt",
+    )
+    select.add_argument(
+        "--search",
+        default=None,
+        metavar="NAME",
+        help="a registered search by name (ella.selection.SEARCHES; --drop-only is drop, "
+        "--per-layer is per_layer); default: greedy",
+    )
+    select.add_argument(
+        "--criterion",
+        default=None,
+        metavar="NAME",
+        help="what scores a candidate, a registered criterion by name "
+        "(ella.selection.CRITERIA); default: evidence",
     )
     select.add_argument(
         "--epochs",

@@ -1,0 +1,355 @@
+"""A selection's answer: the tables of its record, the report's headline, the per-layer
+figure.
+
+Every text reads the record alone (and, for the headline, the run's results and which
+records exist), so ``ella select``, ``ella train --select-paths`` and ``ella report`` print
+the same words for the same record. A unit's label is its kind's
+(:mod:`ella.selection.units`); the score's name is its criterion's
+(:mod:`ella.selection.criteria`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ella.errors import EllaError
+from ella.io import atomic_write
+from ella.learner.report import counted, paths_label
+from ella.nn import PATH_KINDS, path_columns
+from ella.rundir import PATH_SELECTION, PATH_SELECTION_PER_LAYER, SELECT_EPOCHS, lock_holder
+from ella.selection.candidates import CONTROL, check_selectable, collapsed, kept_their_fit
+from ella.selection.criteria import DEFAULT_CRITERION, criterion_of
+from ella.selection.record import read_selection
+from ella.selection.units import LAYER_PATHS, UnitKind, unit_kind
+
+__all__ = [
+    "PER_LAYER_RELIABILITY",
+    "SHARES_NOTE",
+    "drop_gains",
+    "format_answer",
+    "format_path_drops",
+    "format_path_selection",
+    "per_layer_outcome",
+    "save_per_layer_figure",
+    "selection_rounds",
+]
+
+
+def kind_of(record: dict) -> UnitKind:
+    """The unit kind of a selection record."""
+    return unit_kind(bool(record.get("per_layer")))
+
+
+def drop_gains(record: dict) -> list[tuple[int, str, float]]:
+    """The drops of a selection record's rounds: ``(round number, what it dropped, its gain
+    in its criterion's score, log evidence by default, over the round's control)`` for each
+    round whose winner dropped a path (or a group); rounds the control won, or not decided
+    yet, are left out."""
+    gains, key = [], criterion_of(record.get("criterion")).key
+    for number, this in enumerate(record["rounds"], start=1):
+        if this["winner"] not in (None, CONTROL):
+            control = this["rows"][0][key]
+            row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
+            gains.append((number, this["winner"], row[key] - control))
+    return gains
+
+
+def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
+    """Each prior group of a per-layer selection: None where it was kept, else the round
+    that dropped it and that drop's gain in log evidence over the round's control."""
+    outcome: dict[str, tuple[int, float] | None] = dict.fromkeys(record["paths"])
+    for number, dropped, gain in drop_gains(record):
+        outcome[dropped] = (number, gain)
+    return outcome
+
+
+def save_per_layer_figure(record: dict, path: str | Path) -> Path:
+    """A finished per-layer selection as a grid, written as PNG: a row per relaxed layer and
+    a column per path, each kept group in its path's colour (the kind's, as in the shares
+    figure), each dropped one light with the round that dropped it and the evidence it
+    gained (nats)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outcome = per_layer_outcome(record)
+    parts = {g: LAYER_PATHS.split(g) for g in outcome}
+    layers = list(dict.fromkeys(layer for layer, _ in parts.values()))
+    paths = [p for p in PATH_KINDS if any(path == p for _, path in parts.values())]
+    fig, ax = plt.subplots(figsize=(1.6 * len(paths) + 1.5, 0.45 * len(layers) + 1.4))
+    for i, layer in enumerate(layers):
+        for j, name in enumerate(paths):
+            group = f"{layer}.{name}"
+            if group not in outcome:
+                continue
+            dropped = outcome[group]
+            colour = PATH_KINDS[name].color if dropped is None else "#e5e5e5"
+            ax.add_patch(plt.Rectangle((j, i), 0.95, 0.9, color=colour))
+            label = (
+                "kept"
+                if dropped is None
+                else f"dropped, round {dropped[0]}\n{dropped[1]:+.0f} nats"
+            )
+            ax.text(j + 0.47, i + 0.45, label, ha="center", va="center", fontsize=8,
+                    color="white" if dropped is None else "black")  # fmt: skip
+    ax.set_xlim(0, len(paths))
+    ax.set_ylim(len(layers), 0)
+    ax.set_xticks([j + 0.47 for j in range(len(paths))], [p.upper() for p in paths])
+    ax.set_yticks([i + 0.45 for i in range(len(layers))], layers)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(
+        f"Paths each layer keeps by the evidence ({record['epochs']} epochs per network)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path = atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=120))
+    plt.close(fig)
+    return path
+
+
+def format_path_selection(record: dict) -> str:
+    """A table per round of :func:`select_paths`'s record, and the paths it selected."""
+    null, kind = record["null"], kind_of(record)
+    criterion = criterion_of(record.get("criterion"))
+    key, score = criterion.key, criterion.label
+    raises = (
+        "raises the evidence most"
+        if criterion.name == DEFAULT_CRITERION
+        else f"raises the {score} ({criterion.name}) most"
+    )
+    lines = [
+        f"path selection: each round drops the {kind.what} whose removal {raises}, "
+        f"the rest trained on for {counted(record['epochs'], 'epoch')} ('collapsed': a "
+        f"candidate that kept less than half of the control's training fit over the class "
+        f"frequencies, which cannot win)"
+    ]
+    width = max([10, *(len(r["dropped"]) + 2 for t in record["rounds"] for r in t["rows"])])
+    for number, this in enumerate(record["rounds"], start=1):
+        control = this["rows"][0][key]
+        lines.append(f"round {number} (network {kind.kept_label(this['kept'])}):")
+        columns = path_columns(this["rows"][0]["shares"])
+        lines.append(
+            f"  {'dropped':<{width}}{'test acc %':>11}{score:>15}{'vs control':>12}"
+            f"  shares {paths_label(columns)} %"
+        )
+        for r in this["rows"]:
+            shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in columns)
+            lost = r["dropped"] != CONTROL and collapsed(r, this["rows"][0], null)
+            mark = "  collapsed" if lost else ""
+            lines.append(
+                f"  {r['dropped']:<{width}}{100 * r['test_accuracy']:>11.2f}"
+                f"{r[key]:>15.1f}{r[key] - control:>+12.1f}  {shares}"
+                f"{mark}"
+            )
+        if this["winner"] is not None:
+            kept_all = this["winner"] == CONTROL
+            verdict = "keeps every path" if kept_all else f"drops {kind.label(this['winner'])}"
+            lines.append(f"  the evidence {verdict}")
+    if record["finished"]:
+        first, last = record["rounds"][0]["rows"][0], _selected_row(record)
+        lines.append(
+            f"selected: {kind.kept_label(record['kept'])}; test accuracy "
+            f"{100 * last['test_accuracy']:.2f}% (the whole network trained on alike: "
+            f"{100 * first['test_accuracy']:.2f}%), log evidence {last['log_evidence']:.1f} "
+            f"({last['log_evidence'] - first['log_evidence']:+.1f})"
+        )
+        lines.append(
+            f"no network (the class frequencies, uniform Dirichlet prior): log evidence "
+            f"{null['log_evidence']:.1f}"
+        )
+        if last["log_evidence"] < null["log_evidence"]:
+            lines.append(
+                "the evidence prefers the class frequencies to the selected network: at this "
+                "number of training images the network's Occam factor outweighs its fit, so the "
+                "choice of paths is the evidence's among networks it would not use"
+            )
+    return "\n".join(lines)
+
+
+#: how often ``ella select --per-layer``'s answer has agreed with the exhaustive comparison
+#: of every per-layer network (record 0042), said beside every per-layer answer
+PER_LAYER_RELIABILITY = (
+    "in a miniature this selection agreed with the exhaustive comparison of every per-layer "
+    "network in 0 of 4 settings (4 of 12 layers; record 0042)"
+)
+
+#: what the effective-parameter table reads, said beside every answer
+SHARES_NOTE = (
+    "the shares below say how the evidence prices the paths training grew, not which "
+    "symmetry the data need"
+)
+
+
+def selection_rounds(n_paths: int) -> list[int]:
+    """Networks trained per round by a greedy selection that drops a path in every round:
+    the control and one candidate per path kept, from ``n_paths`` paths down to two
+    (``[4, 3]`` for three paths)."""
+    return [kept + 1 for kept in range(n_paths, 1, -1)]
+
+
+def format_answer(run_dir: str | Path, results: dict) -> str | None:
+    """The report's headline: which paths the data need by the evidence's discrete
+    comparison (the run's finished :func:`select_paths`), or what asking costs.
+
+    The shares of a layer's paths say how the evidence prices the paths training grew; the
+    comparison of the networks with and without each path is the answer to which the data
+    need (the guide: "Which symmetry does each layer need?"). Without a selection the
+    headline estimates its cost from the run's own pace: ``epochs`` per network, the
+    networks of :func:`selection_rounds`.
+
+    Args:
+        run_dir: a finished run directory of ``ella train``.
+        results: its ``results.json``.
+
+    Returns:
+        Two lines, the answer (or its cost) and :data:`SHARES_NOTE`; None for a run that
+        :func:`select` cannot take (:func:`check_selectable`: MAP, one path, ...).
+    """
+    try:
+        paths = check_selectable(run_dir, SELECT_EPOCHS)
+    except EllaError:
+        return None
+    per_layer = _per_layer_line(run_dir, results, len(paths))
+    path = Path(run_dir) / PATH_SELECTION
+    record = read_selection(path) if path.is_file() else None
+    if record is not None and record.get("finished"):
+        return f"{_answer(record)}\n{per_layer}\n{SHARES_NOTE}"
+    if record is not None and record.get("rounds"):
+        line = _unfinished(run_dir, record, "the data need", "a selection", "")
+        return f"{line}\n{per_layer}\n{SHARES_NOTE}"
+    rounds = selection_rounds(len(paths))
+    cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
+    pace = _seconds_per_epoch(results)
+    if pace is not None:
+        first, every = (SELECT_EPOCHS * pace * n / 60 for n in (rounds[0], sum(rounds)))
+        cost += f", about {first:.0f} min at this run's pace"
+        if len(rounds) > 1:
+            cost += f" ({sum(rounds)} networks, {every:.0f} min, if it drops a path each round)"
+    line = (
+        f"which paths the data need: not asked yet; ella select {run_dir} asks the evidence, "
+        f"training the network with and without each path: {cost}"
+    )
+    return f"{line}\n{per_layer}\n{SHARES_NOTE}"
+
+
+def _unfinished(run_dir: str | Path, record: dict, which: str, what: str, flag: str) -> str:
+    """The report's line for an unfinished selection record: running where another process
+    holds the run directory (:func:`ella.rundir.lock_holder`), else stopped, with the
+    command that resumes it."""
+    rounds = len(record["rounds"])
+    holder = lock_holder(Path(run_dir))
+    if holder is not None:
+        return (
+            f"which paths {which}: {what} is running (in round {rounds}; pid {holder} holds "
+            "the run directory)"
+        )
+    epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
+    return (
+        f"which paths {which}: {what} stopped in round {rounds}; ella select "
+        f"{run_dir}{flag}{epochs} resumes it"
+    )
+
+
+def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
+    """The report's line for ``ella select --per-layer``: its answer with
+    :data:`PER_LAYER_RELIABILITY`, that a selection stopped, or what its first round costs."""
+    path = Path(run_dir) / PATH_SELECTION_PER_LAYER
+    record = read_selection(path, "per-layer path selection") if path.is_file() else None
+    if record is not None and record.get("finished"):
+        return f"{_answer(record)}; {PER_LAYER_RELIABILITY}"
+    if record is not None and record.get("rounds"):
+        return _unfinished(
+            run_dir, record, "each layer needs", "a per-layer selection", " --per-layer"
+        )
+    layers = len(results.get("effective_parameters", []))
+    if layers:
+        networks = 1 + n_paths * layers
+        cost = f"{counted(networks, 'network')} of {SELECT_EPOCHS} epochs in its first round"
+        pace = _seconds_per_epoch(results)
+        if pace is not None:
+            cost += f", about {SELECT_EPOCHS * pace * networks / 60:.0f} min at this run's pace"
+    else:  # results without the layers' rows
+        cost = f"a network of {SELECT_EPOCHS} epochs per path of each layer in its first round"
+    return (
+        f"which paths each layer needs: not asked yet; ella select {run_dir} --per-layer drops "
+        f"one path of one layer at a time: {cost}; {PER_LAYER_RELIABILITY}"
+    )
+
+
+def _seconds_per_epoch(results: dict) -> float | None:
+    """A run's training seconds per epoch (its evidence rounds included); None where its
+    results lack them."""
+    seconds, epochs = results.get("train_time_s"), results.get("epochs")
+    return seconds / epochs if seconds and epochs else None
+
+
+def _answer(record: dict) -> str:
+    """One line of a finished selection: the paths kept, what each drop gained, and the
+    selected network's test accuracy against the whole network trained on alike."""
+    kind, criterion = kind_of(record), criterion_of(record.get("criterion"))
+    key = criterion.key
+    kept = kind.kept_label(record["kept"])
+    drops = [f"{kind.label(dropped)} ({gain:+.0f})" for _, dropped, gain in drop_gains(record)]
+    if criterion.name == DEFAULT_CRITERION:  # the evidence's differences are in nats
+        drops = [f"{d[:-1]} nats)" for d in drops]
+    how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
+    last = record["rounds"][-1]
+    if last["winner"] == CONTROL:
+        rivals = kept_their_fit(last["rows"], record["null"])
+        if rivals:
+            best = max(rivals, key=lambda r: r[key])
+            cost = last["rows"][0][key] - best[key]
+            too = " too" if drops else ""
+            unit = " nats" if criterion.name == DEFAULT_CRITERION else f" ({criterion.label})"
+            how += f"; dropping {kind.label(best['dropped'])}{too} would cost {cost:.0f}{unit}"
+    first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
+    which, command = "the data need", "ella select"
+    if record.get("per_layer"):
+        which, command = "each layer needs", "ella select --per-layer"
+    by = "the evidence" if criterion.name == DEFAULT_CRITERION else f"{criterion.label}"
+    if criterion.name != DEFAULT_CRITERION:
+        command += f" --criterion {criterion.name}"
+    line = (
+        f"which paths {which}, by {by} ({command}, {record['epochs']} epochs "
+        f"per network): {kept}; {how}; test accuracy {100 * selected['test_accuracy']:.2f}% "
+        f"(the whole network trained on alike: {100 * first['test_accuracy']:.2f}%)"
+    )
+    if selected["log_evidence"] < record["null"]["log_evidence"]:
+        line += "; below no network's evidence, so a choice among networks, not against none"
+    return line
+
+
+def _selected_row(record: dict) -> dict:
+    """The row of the selected network: the winner of the last round."""
+    last = record["rounds"][-1]
+    return next(r for r in last["rows"] if r["dropped"] == last["winner"])
+
+
+def format_path_drops(result: dict) -> str:
+    """A table of :func:`drop_each_path`'s result and the paths the evidence would drop."""
+    rows = result["rows"]
+    control = rows[0]["log_evidence"]
+    lines = [
+        f"path drops: each path at zero in every relaxed layer, the rest trained on for "
+        f"{counted(result['epochs'], 'epoch')} (the control: nothing dropped)",
+        f"{'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}{r['log_evidence']:>15.1f}"
+            f"{r['log_evidence'] - control:>+12.1f}"
+        )
+    gains = [r for r in rows[1:] if r["log_evidence"] > control]
+    if gains:
+        best = max(gains, key=lambda r: r["log_evidence"])
+        names = ", ".join(r["dropped"].upper() for r in gains)
+        lines.append(
+            f"the evidence would drop: {names} (most: {best['dropped'].upper()}, "
+            f"{best['log_evidence'] - control:+.0f} nats)"
+        )
+    else:
+        lines.append("the evidence keeps every path")
+    return "\n".join(lines)

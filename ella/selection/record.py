@@ -1,0 +1,193 @@
+"""A selection's record in a run directory: its files, how it is read back, how it resumes.
+
+Each search (:mod:`ella.selection.searches`) keeps a JSON record (the rounds and their
+rows) and, where it carries weights from round to round, the winner's and the round's
+best candidate's states, under the file names it declares (:class:`SearchFiles`). The
+record is written after every candidate, so an interrupted selection resumes where it
+stopped; everything read back is checked against its schema (:mod:`ella.schemas`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ella.errors import CheckpointError, RunDirectoryError
+from ella.io import load_torch
+from ella.rundir import read_json
+from ella.schemas import PATH_DROPS_FILE, SELECTION_FILE, SELECTION_STATE_FILE, check
+from ella.selection.candidates import CONTROL
+from ella.selection.criteria import CRITERIA, DEFAULT_CRITERION
+
+__all__ = [
+    "SearchFiles",
+    "SelectionFiles",
+    "new_record",
+    "read_drops",
+    "read_selection",
+    "read_selection_state",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchFiles:
+    """The file names a search keeps in a run directory.
+
+    Attributes:
+        record: its JSON record.
+        winner: the selected network so far (``{"model", "log_prior", "kept"}``), or None
+            for a search of one round.
+        candidate: the running round's best candidate so far, or None.
+        figure: a figure of the finished record, or None.
+    """
+
+    record: str
+    winner: str | None = None
+    candidate: str | None = None
+    figure: str | None = None
+
+
+def read_selection(path: Path, what: str = "path selection", fix: str = "") -> dict:
+    """The record of :func:`select_paths` in ``path``, checked: its shape
+    (:data:`ella.schemas.SELECTION_FILE`), and that each round's rows begin with the
+    control, its winner is one of them, and a record with rounds holds the null model.
+
+    Raises:
+        CheckpointError: naming the file, what is wrong and ``fix`` (by default: restore
+            it, or start the selection again with ``--overwrite``).
+    """
+    fix = fix or (
+        "restore it from a copy, or add --overwrite to ella select to start the selection "
+        "again without it"
+    )
+    record = read_json(path, what, SELECTION_FILE, fix)
+    problem = _round_problem(record["rounds"])
+    if problem is None and record["rounds"] and "null" not in record:
+        problem = "it has rounds but no null model ('null')"
+    if problem is None and record["finished"] and not record["rounds"]:
+        problem = "it is finished but has no round"
+    criterion = record.get("criterion", DEFAULT_CRITERION)
+    if problem is None and criterion not in CRITERIA:
+        problem = (
+            f"its criterion {criterion!r} is none of the registered ones "
+            f"({', '.join(sorted(CRITERIA))}; register it before reading the record)"
+        )
+    if problem is not None:
+        raise CheckpointError(f"{path} is not as ella writes it: {problem}; {fix}")
+    return record
+
+
+def _round_problem(rounds: list[dict]) -> str | None:
+    """What is inconsistent in a selection's rounds (None where nothing is)."""
+    for number, this in enumerate(rounds):
+        rows = this["rows"]
+        if rows and rows[0]["dropped"] != CONTROL:
+            return f"round {number + 1} does not begin with the control ('{CONTROL}')"
+        if this["winner"] is not None and this["winner"] not in {r["dropped"] for r in rows}:
+            return f"round {number + 1}'s winner {this['winner']!r} is none of its rows"
+        if this["winner"] is None and number < len(rounds) - 1:
+            return f"round {number + 1} has no winner but is followed by another"
+    return None
+
+
+def read_drops(path: Path) -> dict:
+    """``path_drops.json`` (:func:`drop_each_path`), checked against
+    :data:`ella.schemas.PATH_DROPS_FILE` and beginning with the control where it has rows."""
+    fix = (
+        "restore it from a copy, or add --overwrite to ella select --drop-only to train them again"
+    )
+    record = read_json(path, "earlier path drops", PATH_DROPS_FILE, fix)
+    if record["rows"] and record["rows"][0]["dropped"] != CONTROL:
+        raise CheckpointError(
+            f"{path} is not as ella writes it: it does not begin with the control; {fix}"
+        )
+    return record
+
+
+def read_selection_state(path: Path) -> dict:
+    """A selection's saved network (the winner so far, or a round's best candidate),
+    checked against :data:`ella.schemas.SELECTION_STATE_FILE`."""
+    fix = "restore it from a copy, or add --overwrite to ella select to start again"
+    return check(load_torch(path, fix=fix), SELECTION_STATE_FILE, path, fix)
+
+
+def new_record(
+    epochs: int, paths: list[str], per_layer: bool = False, criterion: str = DEFAULT_CRITERION
+) -> dict:
+    """The record of a selection that has not started (``paths``: the prior groups of a
+    per-layer one), naming its criterion where it is not the default."""
+    record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
+    if per_layer:
+        record["per_layer"] = True
+    if criterion != DEFAULT_CRITERION:
+        record["criterion"] = criterion
+    return record
+
+
+@dataclasses.dataclass
+@dataclasses.dataclass
+class SelectionFiles:
+    """Where a greedy search keeps its record and weights in a run directory, so that an
+    interrupted selection resumes.
+
+    Attributes:
+        run_dir: the run directory.
+        names: the search's file names.
+        flag: the search's words on the command line (``" --per-layer"``), for the fixes.
+    """
+
+    run_dir: Path
+    names: SearchFiles
+    flag: str = ""
+
+    @property
+    def record(self) -> Path:
+        """The JSON record."""
+        return self.run_dir / self.names.record
+
+    @property
+    def winner(self) -> Path:
+        """The selected network so far."""
+        return self.run_dir / self.names.winner
+
+    @property
+    def candidate(self) -> Path:
+        """The running round's best candidate so far."""
+        return self.run_dir / self.names.candidate
+
+    def earlier_record(
+        self, epochs: int, paths: list[str], overwrite: bool = False, per_layer: bool = False,
+        criterion: str = DEFAULT_CRITERION,
+    ) -> dict:  # fmt: skip
+        """The record of an earlier selection with these ``epochs``, ``paths`` and
+        ``criterion``, else a new one; an earlier selection of other settings is refused (it
+        is not replaced unasked) unless ``overwrite``, which removes its files."""
+        flag = self.flag
+        if self.record.is_file():
+            fix = (
+                f"restore it from a copy, or ella select {self.run_dir}{flag} --overwrite "
+                "starts the selection again without it"
+            )
+            try:
+                earlier = read_selection(self.record, "earlier path selection", fix)
+            except CheckpointError:
+                if not overwrite:
+                    raise
+                earlier = {}  # unreadable, and to be replaced
+            same = earlier.get("criterion", DEFAULT_CRITERION) == criterion
+            if same and earlier.get("epochs") == epochs and earlier.get("paths") == paths:
+                return earlier
+            if earlier.get("rounds") and not overwrite:
+                rounds = earlier["rounds"]
+                state = "finished" if earlier.get("finished") else f"stopped in round {len(rounds)}"
+                settings = f"--epochs {earlier.get('epochs')}"
+                if not same:
+                    settings += f" --criterion {earlier.get('criterion', DEFAULT_CRITERION)}"
+                raise RunDirectoryError(
+                    f"{self.record} holds a selection of {earlier.get('epochs')} epochs per "
+                    f"network ({state}): ella select {self.run_dir}{flag} {settings} shows or "
+                    f"resumes it; add --overwrite to replace it by one of {epochs}"
+                )
+            for path in (self.winner, self.candidate):
+                path.unlink(missing_ok=True)
+        return new_record(epochs, paths, per_layer, criterion)

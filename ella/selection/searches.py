@@ -1,0 +1,379 @@
+"""What a selection's rounds train: the searches, registered by name.
+
+A *search* decides which candidates a round trains and what follows from their scores:
+
+- ``"greedy"`` (``ella select RUN``): backward elimination by the criterion, a path of every
+  layer at a time (:data:`~ella.selection.units.WHOLE_PATHS`): each round trains on the
+  network as the round before left it (the control) and, for each unit it still has, the
+  same network without it; the best candidate that kept its fit
+  (:func:`~ella.selection.candidates.collapsed`) is dropped and starts the next round,
+  until the control wins or one path is left;
+- ``"per_layer"`` (``--per-layer``): the same, a path of one layer at a time
+  (:data:`~ella.selection.units.LAYER_PATHS`);
+- ``"drop"`` (``--drop-only``): the first round alone, recorded as rows.
+
+A search of one's own subclasses :class:`Search` (its :meth:`Search.run` and
+:meth:`Search.format`; its files and words as attributes) and is registered by
+:func:`register_search`: ``ella select RUN --search NAME`` then runs it, resumes it from its
+record and ``ella report`` prints it. The candidates come from :class:`SearchContext`, the
+same for a run directory and for a model of :func:`ella.fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ella.errors import ConfigError, RunDirectoryError
+from ella.io import save_json, save_torch
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_CANDIDATE,
+    PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_CANDIDATE,
+    PATH_SELECTION_PER_LAYER_FIGURE,
+    PATH_SELECTION_PER_LAYER_STATE,
+    PATH_SELECTION_STATE,
+)
+from ella.selection.candidates import CONTROL, collapsed
+from ella.selection.criteria import Criterion, criterion_of
+from ella.selection.record import (
+    SearchFiles,
+    SelectionFiles,
+    new_record,
+    read_drops,
+    read_selection,
+    read_selection_state,
+)
+from ella.selection.units import LAYER_PATHS, WHOLE_PATHS, UnitKind
+
+__all__ = [
+    "DEFAULT_SEARCH",
+    "SEARCHES",
+    "DropSearch",
+    "GreedySearch",
+    "Search",
+    "SearchContext",
+    "greedy_selection",
+    "register_search",
+    "search_of",
+]
+
+
+@dataclass
+class SearchContext:
+    """What a search trains and scores its candidates with.
+
+    Attributes:
+        epochs: epochs of training per candidate.
+        units: every unit of the network (paths, or prior groups), in order.
+        train: ``train(dropped, start) -> (row, end)``: one candidate with the units
+            ``dropped`` held at zero, trained from ``start`` (``None``: the network
+            selected from), its row (``"kept"``, the test metrics, ``"log_evidence"``,
+            ``"log_likelihood"``, ``"shares"`` and the criterion's fields) and its end state
+            ``{"model", "log_prior"}``.
+        null: ``null()``, the class-frequency model (``"log_likelihood"``,
+            ``"log_evidence"``) every candidate is compared with.
+        criterion: what scores a candidate.
+        run_dir: where the record is kept; ``None``: nothing is written (a model of
+            :func:`ella.fit`).
+        overwrite: replace a record of other settings, which is refused otherwise.
+        selected: set by the search, the selected network's ``{"model", "log_prior"}``.
+    """
+
+    epochs: int
+    units: list[str]
+    train: Callable[[list[str], dict | None], tuple[dict, dict]]
+    null: Callable[[], dict]
+    criterion: Criterion = field(default_factory=lambda: criterion_of(None))
+    run_dir: Path | None = None
+    overwrite: bool = False
+    selected: dict | None = None
+
+
+class Search:
+    """A way of choosing candidates (subclass it and :func:`register_search` it).
+
+    Attributes:
+        name: the registry key (``ella select --search NAME``).
+        kind: what a candidate drops (:mod:`ella.selection.units`).
+        files: the file names of its record in a run directory.
+        flag: its words on the command line after ``ella select RUN`` (``" --per-layer"``).
+        keyword: its keyword arguments of :func:`ella.select` (``{"per_layer": True}``).
+        what: the selection in words, for the report (``"a per-layer selection"``).
+        which: what it answers, for the report (``"each layer needs"``).
+        reported: whether ``ella report`` prints its finished record.
+    """
+
+    name: str = ""
+    kind: UnitKind = WHOLE_PATHS
+    files: SearchFiles = SearchFiles("")
+    flag: str = ""
+    keyword: dict = {}
+    what: str = "a selection"
+    which: str = "the data need"
+    reported: bool = True
+
+    def run(self, context: SearchContext) -> dict:
+        """Train and score the candidates; return the record (written under
+        :attr:`files` after every candidate where ``context.run_dir`` is set)."""
+        raise NotImplementedError
+
+    def read(self, path: Path) -> dict:
+        """The record in ``path``, checked (refused naming the file and the fix)."""
+        return read_selection(path)
+
+    def finished(self, record: dict) -> bool:
+        """Whether ``record`` holds the search's answer."""
+        return bool(record.get("finished"))
+
+    def started(self, record: dict) -> bool:
+        """Whether ``record`` holds any candidate."""
+        return bool(record.get("rounds"))
+
+    def format(self, record: dict) -> str:
+        """The record as text (tables and the answer)."""
+        raise NotImplementedError
+
+
+class GreedySearch(Search):
+    """Backward elimination by the criterion (:func:`greedy_selection`), over the units of
+    :attr:`kind`, with the winner's weights starting each next round."""
+
+    def __init__(self, name: str, kind: UnitKind, files: SearchFiles, flag: str = "",
+                 keyword: dict | None = None, what: str = "a selection",
+                 which: str = "the data need"):  # fmt: skip
+        self.name, self.kind, self.files, self.flag = name, kind, files, flag
+        self.keyword, self.what, self.which = keyword or {}, what, which
+
+    def run(self, context: SearchContext) -> dict:
+        """:func:`greedy_selection` from the record found in the run directory (resumed),
+        or a new one."""
+        files = None
+        criterion = context.criterion.name
+        if context.run_dir is not None:
+            files = SelectionFiles(context.run_dir, self.files, self.flag)
+            record = files.earlier_record(
+                context.epochs, context.units, context.overwrite, self.kind.per_layer, criterion
+            )
+        else:
+            record = new_record(context.epochs, context.units, self.kind.per_layer, criterion)
+        if "null" not in record:
+            record["null"] = context.null()
+        record, context.selected = greedy_selection(
+            record, context.units, context.train, files, self.kind, context.criterion
+        )
+        return record
+
+    def format(self, record: dict) -> str:
+        """:func:`~ella.selection.answer.format_path_selection`."""
+        from ella.selection.answer import format_path_selection
+
+        return format_path_selection(record)
+
+
+class DropSearch(Search):
+    """One round: the control and the network without each unit, trained alike; the
+    record ``{"epochs", "rows"}``, the control first. It reuses the first round of a greedy
+    selection of the same settings (the same candidates, from the run itself)."""
+
+    def __init__(self, name: str, files: SearchFiles, reuses: SearchFiles | None = None):
+        self.name, self.files, self.reuses = name, files, reuses
+        self.kind, self.flag, self.keyword = WHOLE_PATHS, " --drop-only", {"drop_only": True}
+        self.what, self.which, self.reported = "path drops", "the data need", False
+
+    def read(self, path: Path) -> dict:
+        """:func:`~ella.selection.record.read_drops`."""
+        return read_drops(path)
+
+    def finished(self, record: dict) -> bool:
+        """Whether any row is recorded (the rows are written as they are trained)."""
+        return bool(record.get("rows"))
+
+    def started(self, record: dict) -> bool:
+        """Whether any row is recorded."""
+        return bool(record.get("rows"))
+
+    def run(self, context: SearchContext) -> dict:
+        """The control and each unit dropped, reusing the rows found in the run directory."""
+        epochs, done = context.epochs, {}
+        run_dir = context.run_dir
+        if run_dir is not None:
+            done = self._earlier(run_dir, epochs, context.overwrite)
+        rows = []
+        for drop in [None, *context.units]:
+            key = drop or CONTROL
+            row = done.get(key)
+            if row is None:
+                row = {"dropped": key, **context.train([drop] if drop else [], None)[0]}
+            rows.append(row)
+            if run_dir is not None:
+                save_json({"epochs": epochs, "rows": rows}, run_dir / self.files.record)
+        return {"epochs": epochs, "rows": rows}
+
+    def _earlier(self, run_dir: Path, epochs: int, overwrite: bool) -> dict[str, dict]:
+        """The rows of an earlier call with these ``epochs`` and of the first round of a
+        greedy selection of the same ``epochs``; drops of other ``epochs`` are refused unless
+        ``overwrite``."""
+        done: dict[str, dict] = {}
+        selection = run_dir / self.reuses.record if self.reuses else None
+        if selection is not None and selection.is_file():
+            earlier = read_selection(selection, "earlier path selection")
+            same = earlier.get("epochs") == epochs and "criterion" not in earlier
+            if same and earlier.get("rounds"):  # the default criterion's rows only
+                done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
+        path = run_dir / self.files.record
+        if path.is_file():
+            earlier = read_drops(path)
+            if earlier.get("epochs") == epochs:
+                done.update({row["dropped"]: row for row in earlier.get("rows", [])})
+            elif earlier.get("rows") and not overwrite:
+                raise RunDirectoryError(
+                    f"{path} holds the drops of {earlier.get('epochs')} epochs per network: "
+                    f"ella select {run_dir} --drop-only --epochs {earlier.get('epochs')} shows "
+                    f"or resumes them; add --overwrite to replace them by drops of {epochs}"
+                )
+        return done
+
+    def format(self, record: dict) -> str:
+        """:func:`~ella.selection.answer.format_path_drops`."""
+        from ella.selection.answer import format_path_drops
+
+        return format_path_drops(record)
+
+
+GREEDY_FILES = SearchFiles(PATH_SELECTION, PATH_SELECTION_STATE, PATH_SELECTION_CANDIDATE)
+PER_LAYER_FILES = SearchFiles(
+    PATH_SELECTION_PER_LAYER,
+    PATH_SELECTION_PER_LAYER_STATE,
+    PATH_SELECTION_PER_LAYER_CANDIDATE,
+    PATH_SELECTION_PER_LAYER_FIGURE,
+)
+#: the search of every selection that names none
+DEFAULT_SEARCH = "greedy"
+#: the searches by name, in the order ``ella report`` prints them
+SEARCHES: dict[str, Search] = {
+    "greedy": GreedySearch("greedy", WHOLE_PATHS, GREEDY_FILES),
+    "per_layer": GreedySearch(
+        "per_layer",
+        LAYER_PATHS,
+        PER_LAYER_FILES,
+        " --per-layer",
+        {"per_layer": True},
+        "a per-layer selection",
+        "each layer needs",
+    ),  # fmt: skip
+    "drop": DropSearch("drop", SearchFiles(PATH_DROPS), reuses=GREEDY_FILES),
+}
+
+
+def register_search(search: Search) -> Search:
+    """Add ``search`` to :data:`SEARCHES` (a name or a record file taken is refused)."""
+    if search.name in SEARCHES:
+        raise ConfigError(f"a selection search named {search.name!r} exists already")
+    taken = {s.files.record for s in SEARCHES.values()}
+    if not search.files.record or search.files.record in taken:
+        raise ConfigError(
+            f"the search {search.name!r} needs a record file of its own (files.record), not "
+            f"{search.files.record!r}"
+        )
+    SEARCHES[search.name] = search
+    return search
+
+
+def search_of(
+    name: str | None = None, *, drop_only: bool = False, per_layer: bool = False,
+    option: str = "search",
+) -> Search:  # fmt: skip
+    """The registered search ``name``, or the one ``drop_only`` / ``per_layer`` name
+    (``None`` and neither: the greedy selection); contradictions are refused."""
+    asked = [n for n, on in (("drop", drop_only), ("per_layer", per_layer)) if on]
+    if name is not None:
+        asked.append(name)
+    if len(set(asked)) > 1:
+        if set(asked) == {"drop", "per_layer"}:
+            raise ConfigError(
+                "--drop-only trains one round of whole-path drops; a per-layer selection "
+                "(--per-layer) has no one-round form: leave out one of the two"
+            )
+        raise ConfigError(f"choose one search; got {', '.join(asked)}")
+    name = asked[0] if asked else DEFAULT_SEARCH
+    if name not in SEARCHES:
+        raise ConfigError(f"{option} must be one of {', '.join(SEARCHES)}; got {name!r}")
+    return SEARCHES[name]
+
+
+def greedy_selection(
+    record: dict,
+    paths: list[str],
+    train: Callable[[list[str], dict | None], tuple[dict, dict]],
+    files: SelectionFiles | None = None,
+    kind: UnitKind = WHOLE_PATHS,
+    criterion: Criterion | None = None,
+) -> tuple[dict, dict | None]:
+    """The rounds of :func:`select_paths` from ``record`` (:func:`new_record`, or an earlier
+    one to resume) until it is finished; ``train(dropped, start)`` trains one candidate
+    (:func:`train_on`'s row and end state). With ``files`` the record, the round's best
+    candidate and each winner are saved after every candidate; without, nothing is
+    written. The ``paths`` are units of ``kind`` (:meth:`UnitKind.droppable`), and each
+    round is decided by ``criterion`` (its :attr:`~Criterion.key`; default: the evidence).
+
+    Returns:
+        The finished record and the selected network's ``{"model", "log_prior"}`` (None
+        where no round ran)."""
+    score = (criterion or criterion_of(None)).key
+    start = None
+    if files is not None and any(r["winner"] is not None for r in record["rounds"]):
+        start = read_selection_state(files.winner)
+
+    def eligible(row: dict, rows: list[dict]) -> bool:
+        """The control, or a candidate that has not collapsed (``rows[0]`` the control)."""
+        return row["dropped"] == CONTROL or not collapsed(row, rows[0], record["null"])
+
+    while not record["finished"]:
+        rounds = record["rounds"]
+        if not rounds or rounds[-1]["winner"] is not None:
+            if not kind.droppable(record["kept"]):
+                record["finished"] = True
+                break
+            rounds.append({"kept": record["kept"], "rows": [], "winner": None})
+        this = rounds[-1]
+        before = [p for p in paths if p not in this["kept"]]
+        candidates = [r for r in this["rows"] if eligible(r, this["rows"])]
+        best = max(candidates, key=lambda r: r[score], default=None)
+        best_state = None
+        if best is not None and files is not None and files.candidate.is_file():
+            best_state = read_selection_state(files.candidate)
+        if best is not None and (best_state is None or best_state["dropped"] != best["dropped"]):
+            # the weights of the round's best row are lost (interrupted between them and
+            # its row): the round starts again
+            this["rows"], best, best_state = [], None, None
+        done = {r["dropped"] for r in this["rows"]}
+        for drop in [None, *kind.droppable(this["kept"])]:
+            key = drop or CONTROL
+            if key in done:
+                continue
+            dropped = before + ([drop] if drop else [])
+            row, end = train(dropped, start)
+            row = {"dropped": key, **row}
+            better = best is None or row[score] > best[score]
+            if better and eligible(row, this["rows"]):
+                best, best_state = row, {**end, "dropped": key, "kept": row["kept"]}
+                if files is not None:
+                    save_torch(best_state, files.candidate)  # before the row that names it
+            this["rows"].append(row)
+            if files is not None:
+                save_json(record, files.record)
+        start = {k: best_state[k] for k in ("model", "log_prior")}
+        this["winner"] = best["dropped"]
+        record["kept"] = best["kept"]
+        record["finished"] = best["dropped"] == CONTROL
+        if files is not None:
+            save_torch({**start, "kept": best["kept"]}, files.winner)
+            save_json(record, files.record)
+            files.candidate.unlink(missing_ok=True)
+    if files is not None:
+        save_json(record, files.record)
+    return record, start
