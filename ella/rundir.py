@@ -92,6 +92,7 @@ RUN_OUTPUTS = (
     EXPORTED,
     "*.png",
     "symmetry_*.json",
+    "path_*_replicates.json",  # a selection's replicates at other seeds (ella select --seeds)
 )
 
 __all__ = [

@@ -183,6 +183,8 @@ def check(value: Any, spec: Any, path: Path, fix: str) -> Any:
     return value
 
 
+#: one seed's training of a replicated candidate (``ella select --seeds``)
+_REPLICATE = Record({"seed": int, "log_evidence": NUMBER})
 #: a candidate network of ``ella select --drop-only``: trained on alike, then scored
 _DROP_ROW = Record(
     {"dropped": str, "test_accuracy": NUMBER, "log_evidence": NUMBER},
@@ -191,12 +193,13 @@ _DROP_ROW = Record(
         "log_likelihood": NUMBER,
         "shares": MapOf(NUMBER),
         "test_nll": NUMBER,
+        "replicates": ListOf(_REPLICATE),
     },
 )
 #: a candidate of a selection round, whose fit and kept paths the selection reads as well
 _ROW = Record(
     {**_DROP_ROW.required, "kept": ListOf(str), "log_likelihood": NUMBER, "shares": MapOf(NUMBER)},
-    {"test_nll": NUMBER},
+    {"test_nll": NUMBER, "replicates": ListOf(_REPLICATE)},
 )
 _NULL = Record({"log_likelihood": NUMBER, "log_evidence": NUMBER})
 #: ``path_selection.json`` and ``path_selection_per_layer.json``
@@ -208,10 +211,12 @@ SELECTION_FILE = Record(
         "finished": bool,
         "rounds": ListOf(Record({"kept": ListOf(str), "rows": ListOf(_ROW), "winner": Maybe(str)})),
     },
-    {"null": _NULL, "per_layer": bool, "criterion": str},
+    {"null": _NULL, "per_layer": bool, "criterion": str, "seeds": int},
 )
 #: ``path_drops.json``
-PATH_DROPS_FILE = Record({"epochs": int, "rows": ListOf(_DROP_ROW)})
+PATH_DROPS_FILE = Record(
+    {"epochs": int, "rows": ListOf(_DROP_ROW)}, {"criterion": str, "seeds": int}
+)
 #: the selected network (``path_selection.pt``) or a round's best candidate
 SELECTION_STATE_FILE = Record(
     {"model": MapOf(TENSOR), "log_prior": TENSOR, "kept": ListOf(str)}, {"dropped": str}

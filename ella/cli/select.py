@@ -23,7 +23,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     )
     print_selection(
         Path(args.run_dir), args.epochs, search.name, args.data_dir, args.progress,
-        overwrite=args.overwrite, criterion=args.criterion,
+        overwrite=args.overwrite, criterion=args.criterion, seeds=args.seeds,
     )  # fmt: skip
     return 0
 
@@ -36,14 +36,24 @@ def print_selection(
     progress: bool = True,
     overwrite: bool = False,
     criterion: str | None = None,
+    seeds: int = 1,
 ) -> None:
     """Run a registered search on a learned run (:func:`ella.selection.run_search`), print
     its record (:meth:`~ella.selection.Search.format`) and the files written."""
-    from ella.selection import criterion_of, run_search, save_per_layer_figure, search_of
+    from ella.selection import (
+        check_seeds,
+        criterion_of,
+        run_search,
+        save_per_layer_figure,
+        search_of,
+    )
 
     chosen = search_of(search, option="--search")
     criterion_of(criterion, "--criterion")
-    record = run_search(run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion)
+    check_seeds(seeds, "--seeds")
+    record = run_search(
+        run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds
+    )
     print(chosen.format(record))
     names = [chosen.files.record, *([chosen.files.winner] if chosen.files.winner else [])]
     if chosen.files.figure and record.get("per_layer"):
@@ -96,6 +106,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="what scores a candidate, a registered criterion by name "
         "(ella.selection.CRITERIA); default: evidence",
+    )
+    select.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train every candidate at this many seeds (the run's own first) and drop a "
+        "path only where its gain over the control has one sign at every seed and exceeds "
+        "two standard errors; costs this many times the networks (default 1)",
     )
     select.add_argument(
         "--epochs",

@@ -43,7 +43,7 @@ from pathlib import Path
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ella.rundir import SELECT_EPOCHS, run_lock
+from ella.rundir import CONFIG, SELECT_EPOCHS, read_json, run_lock
 from ella.selection.answer import (
     PER_LAYER_RELIABILITY,
     SHARES_NOTE,
@@ -85,6 +85,14 @@ from ella.selection.record import (
     read_selection,
     read_selection_state,
 )
+from ella.selection.replicates import (
+    CALL_AT,
+    check_seeds,
+    gain_summary,
+    replicate_seeds,
+    replicated,
+    summarise,
+)
 from ella.selection.searches import (
     DEFAULT_SEARCH,
     SEARCHES,
@@ -108,6 +116,7 @@ from ella.selection.units import (
 from ella.train.fit import FitResult
 
 __all__ = [
+    "CALL_AT",
     "CONTROL",
     "CRITERIA",
     "DEFAULT_CRITERION",
@@ -139,6 +148,7 @@ __all__ = [
     "format_answer",
     "format_path_drops",
     "format_path_selection",
+    "gain_summary",
     "greedy_selection",
     "kept_their_fit",
     "layer_groups",
@@ -160,6 +170,7 @@ __all__ = [
     "select_fitted",
     "select_paths",
     "selection_rounds",
+    "summarise",
     "train_candidate",
     "train_on",
     "train_on_without",
@@ -182,6 +193,7 @@ def select(
     per_layer: bool = False,
     search: str | None = None,
     criterion: str | None = None,
+    seeds: int = 1,
     data_dir: str | Path | None = None,
     progress: bool = True,
     overwrite: bool = False,
@@ -220,6 +232,10 @@ def select(
             ``drop_only`` and ``per_layer`` name, greedy by default.
         criterion: a registered criterion by name (:data:`CRITERIA`); ``None``: the
             evidence.
+        seeds: train every candidate at this many seeds, the run's own first
+            (:mod:`ella.selection.replicates`): a round drops a unit only where its gain
+            over the control has one sign at every seed and exceeds two standard errors;
+            1 (default): one training each.
         overwrite: replace a record of other ``epochs`` in the run directory, which is
             refused otherwise (a record of the same ``epochs`` is resumed).
         data_dir: the run's data files, if moved since the run.
@@ -247,12 +263,13 @@ def select(
         )
     chosen = search_of(search, drop_only=drop_only, per_layer=per_layer)
     criterion_of(criterion)  # refused before any work
+    check_seeds(seeds)
     if isinstance(run, FitResult):
         return select_fitted(
             run, train_loader, test_loader, epochs=epochs, search=chosen.name,
-            criterion=criterion, progress=progress,
+            criterion=criterion, seeds=seeds, progress=progress,
         )  # fmt: skip
-    return run_search(run, chosen.name, epochs, data_dir, progress, overwrite, criterion)
+    return run_search(run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds)
 
 
 def run_search(
@@ -263,30 +280,37 @@ def run_search(
     progress: bool = True,
     overwrite: bool = False,
     criterion: str | None = None,
+    seeds: int = 1,
 ) -> dict:
     """Run the registered ``search`` (``None``: greedy) on a finished learned run, each
-    candidate trained by :func:`train_on` and scored by ``criterion``; holds the run
-    directory and writes the search's record after every candidate (resumed by a later
-    call with the same settings).
+    candidate trained by :func:`train_on` (at ``seeds`` seeds, the run's own first) and
+    scored by ``criterion``; holds the run directory and writes the search's record after
+    every candidate (resumed by a later call with the same settings).
 
     Raises:
         ConfigError, RunDirectoryError: as :func:`check_selectable`, or a search or
-            criterion not registered.
+            criterion not registered, or ``seeds`` not an int from 1 to 32.
     """
     chosen, scorer = search_of(search), criterion_of(criterion)
+    check_seeds(seeds)
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     with run_lock(run_dir):
         units = run_groups(run_dir, data_dir) if chosen.kind.per_layer else paths
 
-        def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
+        def train(dropped: list[str], start: dict | None, seed: int | None = None):
             return train_on(run_dir, dropped, epochs, data_dir, progress, start, units,
-                            criterion=scorer.name)  # fmt: skip
+                            criterion=scorer.name, seed=seed)  # fmt: skip
+
+        if seeds > 1:
+            own = read_json(run_dir / CONFIG, "run's configuration").get("seed", 0)
+            cache = run_dir / f"{Path(chosen.files.record).stem}_replicates.json"
+            train = replicated(train, replicate_seeds(own, seeds), scorer.key, cache)
 
         def null() -> dict:
             return null_model(run_dir, data_dir)
 
-        context = SearchContext(epochs, units, train, null, scorer, run_dir, overwrite)
+        context = SearchContext(epochs, units, train, null, scorer, run_dir, overwrite, seeds)
         return chosen.run(context)
 
 

@@ -20,6 +20,7 @@ from ella.rundir import PATH_SELECTION, PATH_SELECTION_PER_LAYER, SELECT_EPOCHS,
 from ella.selection.candidates import CONTROL, check_selectable, collapsed, kept_their_fit
 from ella.selection.criteria import DEFAULT_CRITERION, criterion_of
 from ella.selection.record import read_selection
+from ella.selection.replicates import gain_summary
 from ella.selection.units import LAYER_PATHS, UnitKind, unit_kind
 
 __all__ = [
@@ -139,6 +140,9 @@ def format_path_selection(record: dict) -> str:
             shares = "/".join(f"{r['shares'].get(p, 0.0):.0f}" for p in columns)
             lost = r["dropped"] != CONTROL and collapsed(r, this["rows"][0], null)
             mark = "  collapsed" if lost else ""
+            gain = None if r["dropped"] == CONTROL else gain_summary(r, this["rows"][0], key)
+            if gain is not None:
+                mark += f"  {_spread(gain)}"
             lines.append(
                 f"  {r['dropped']:<{width}}{100 * r['test_accuracy']:>11.2f}"
                 f"{r[key]:>15.1f}{r[key] - control:>+12.1f}  {shares}"
@@ -292,9 +296,14 @@ def _answer(record: dict) -> str:
     kind, criterion = kind_of(record), criterion_of(record.get("criterion"))
     key = criterion.key
     kept = kind.kept_label(record["kept"])
-    drops = [f"{kind.label(dropped)} ({gain:+.0f})" for _, dropped, gain in drop_gains(record)]
-    if criterion.name == DEFAULT_CRITERION:  # the evidence's differences are in nats
-        drops = [f"{d[:-1]} nats)" for d in drops]
+    nats = " nats" if criterion.name == DEFAULT_CRITERION else ""  # the evidence's unit
+    drops = []
+    for number, dropped, gain in drop_gains(record):
+        this = record["rounds"][number - 1]
+        row = next(r for r in this["rows"] if r["dropped"] == dropped)
+        spread = gain_summary(row, this["rows"][0], key)
+        told = f"{gain:+.0f}{nats}" if spread is None else f"{_spread(spread, nats)}"
+        drops.append(f"{kind.label(dropped)} ({told})")
     how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
     last = record["rounds"][-1]
     if last["winner"] == CONTROL:
@@ -304,7 +313,21 @@ def _answer(record: dict) -> str:
             cost = last["rows"][0][key] - best[key]
             too = " too" if drops else ""
             unit = " nats" if criterion.name == DEFAULT_CRITERION else f" ({criterion.label})"
-            how += f"; dropping {kind.label(best['dropped'])}{too} would cost {cost:.0f}{unit}"
+            spread = gain_summary(best, last["rows"][0], key)
+            if spread is not None and spread["mean"] > 0:  # ahead, but not decided
+                seeds = spread["seeds"]
+                how += (
+                    f"; dropping {kind.label(best['dropped'])}{too} is not decided at {seeds} "
+                    f"seeds ({_spread(spread, nats)}); asking with --seeds {2 * seeds} trains "
+                    f"{seeds * len(last['rows'])} more networks in this round"
+                )
+            elif spread is not None:
+                how += (
+                    f"; dropping {kind.label(best['dropped'])}{too} would cost "
+                    f"{-spread['mean']:.0f} ± {spread['se']:.0f}{unit} over {spread['seeds']} seeds"
+                )
+            else:
+                how += f"; dropping {kind.label(best['dropped'])}{too} would cost {cost:.0f}{unit}"
     first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
     which, command = "the data need", "ella select"
     if record.get("per_layer"):
@@ -312,6 +335,8 @@ def _answer(record: dict) -> str:
     by = "the evidence" if criterion.name == DEFAULT_CRITERION else f"{criterion.label}"
     if criterion.name != DEFAULT_CRITERION:
         command += f" --criterion {criterion.name}"
+    if record.get("seeds", 1) > 1:
+        command += f" --seeds {record['seeds']}"
     line = (
         f"which paths {which}, by {by} ({command}, {record['epochs']} epochs "
         f"per network): {kept}; {how}; test accuracy {100 * selected['test_accuracy']:.2f}% "
@@ -320,6 +345,15 @@ def _answer(record: dict) -> str:
     if selected["log_evidence"] < record["null"]["log_evidence"]:
         line += "; below no network's evidence, so a choice among networks, not against none"
     return line
+
+
+def _spread(gain: dict, unit: str = "") -> str:
+    """``+120 ± 40 nats, 3 of 3 seeds agree, decided`` (:func:`summarise`'s fields)."""
+    called = "decided" if gain["decided"] else "not decided"
+    return (
+        f"{gain['mean']:+.0f} ± {gain['se']:.0f}{unit}, {gain['agree']} of {gain['seeds']} seeds "
+        f"agree, {called}"
+    )
 
 
 def _selected_row(record: dict) -> dict:
@@ -338,11 +372,16 @@ def format_path_drops(result: dict) -> str:
         f"{'dropped':<10}{'test acc %':>11}{'log evidence':>15}{'vs control':>12}",
     ]
     for r in rows:
+        gain = None if r is rows[0] else gain_summary(r, rows[0], "log_evidence")
         lines.append(
             f"{r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}{r['log_evidence']:>15.1f}"
             f"{r['log_evidence'] - control:>+12.1f}"
+            + ("" if gain is None else f"  {_spread(gain, ' nats')}")
         )
     gains = [r for r in rows[1:] if r["log_evidence"] > control]
+    if result.get("seeds", 1) > 1:  # only the gains the seeds decide
+        summaries = [(r, gain_summary(r, rows[0], "log_evidence")) for r in gains]
+        gains = [r for r, g in summaries if g is not None and g["decided"]]
     if gains:
         best = max(gains, key=lambda r: r["log_evidence"])
         names = ", ".join(r["dropped"].upper() for r in gains)

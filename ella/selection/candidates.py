@@ -131,6 +131,7 @@ def train_on(
     start: dict | None = None,
     units: list[str] | None = None,
     criterion: str | None = None,
+    seed: int | None = None,
 ) -> tuple[dict, dict]:
     """Train a learned run on for ``epochs`` with the ``dropped`` paths at zero in every
     relaxed layer (held there), under fixed prior precisions.
@@ -150,6 +151,8 @@ def train_on(
             (default) or its prior groups (:func:`~ella.selection.units.layer_groups`).
         criterion: the registered criterion that scores it
             (:data:`~ella.selection.criteria.CRITERIA`); ``None``: the evidence.
+        seed: the seed of the training on (its batches' order, its draws); ``None``: the
+            run's own.
 
     Returns:
         ``(row, end)``. ``row``: ``{"kept", "test_accuracy", "test_nll",
@@ -164,6 +167,8 @@ def train_on(
         start = {"model": run.net.state_dict(), "log_prior": log_prior}
     # run.config names the data where the run found it, or ``data_dir`` where given
     config = dataclasses.replace(run.config, epochs=epochs, progress=False)
+    if seed is not None:
+        config = dataclasses.replace(config, seed=seed)
     with tempfile.TemporaryDirectory() as scratch:  # the trainer writes nothing there
         trainer = Trainer(config, scratch)
     kept = [u for u in units or relaxed_paths(run_dir) if u not in dropped]

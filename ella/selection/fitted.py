@@ -19,6 +19,7 @@ from ella.marglik import class_frequency_model
 from ella.rundir import SELECT_EPOCHS
 from ella.selection.candidates import train_candidate
 from ella.selection.criteria import criterion_of
+from ella.selection.replicates import check_seeds, replicate_seeds, replicated
 from ella.selection.searches import SearchContext, search_of
 from ella.selection.units import fitted_paths
 from ella.train.fit import FitResult, FitRun, evaluate_loader, probe_outputs
@@ -81,6 +82,7 @@ def select_fitted(
     progress: bool = True,
     search: str | None = None,
     criterion: str | None = None,
+    seeds: int = 1,
 ) -> dict:
     """:func:`~ella.selection.select` for a model of :func:`ella.fit`: the same candidates,
     rounds and decisions as for a run of ``ella train``, each candidate a copy of ``result.model``
@@ -98,6 +100,9 @@ def select_fitted(
         progress: a progress bar per candidate.
         search: a registered search by name, as for :func:`~ella.selection.select`.
         criterion: a registered criterion by name, as for :func:`~ella.selection.select`.
+        seeds: train every candidate at this many seeds, as for
+            :func:`~ella.selection.select` (each seed reseeds torch's generator before the
+            candidate's training; the loader's own shuffling draws from it).
 
     Returns:
         As :func:`~ella.selection.select`: ``{"epochs", "rows"}`` with ``drop_only``, else
@@ -113,7 +118,9 @@ def select_fitted(
         "log_prior": result.priors.log_prior.detach().clone(),
     }
 
-    def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
+    def train(dropped: list[str], start: dict | None, seed: int | None = None):
+        if seed is not None:
+            torch.manual_seed(seed)
         net = copy.deepcopy(result.model)
         priors = PriorLearner.from_config(net, len(train_loader.dataset), recipe)
         run = FitRun(net, priors, train_loader, None, recipe, None, ONE_PROCESS)
@@ -136,7 +143,10 @@ def select_fitted(
         classes = probe_outputs(result.model, example).shape[-1]  # the model's output width
         return class_frequency_model(labels, classes)
 
-    context = SearchContext(epochs, units, train, null, scorer)
+    check_seeds(seeds)
+    if seeds > 1:
+        train = replicated(train, replicate_seeds(result.config.seed, seeds), scorer.key)
+    context = SearchContext(epochs, units, train, null, scorer, seeds=seeds)
     record = chosen.run(context)
     if context.selected is None and "rounds" not in record:  # a search of one round
         return record

@@ -112,15 +112,21 @@ def read_selection_state(path: Path) -> dict:
 
 
 def new_record(
-    epochs: int, paths: list[str], per_layer: bool = False, criterion: str = DEFAULT_CRITERION
+    epochs: int,
+    paths: list[str],
+    per_layer: bool = False,
+    criterion: str = DEFAULT_CRITERION,
+    seeds: int = 1,
 ) -> dict:
     """The record of a selection that has not started (``paths``: the prior groups of a
-    per-layer one), naming its criterion where it is not the default."""
+    per-layer one), naming its criterion and its seeds where they are not the default."""
     record = {"epochs": epochs, "paths": paths, "rounds": [], "kept": paths, "finished": False}
     if per_layer:
         record["per_layer"] = True
     if criterion != DEFAULT_CRITERION:
         record["criterion"] = criterion
+    if seeds > 1:
+        record["seeds"] = seeds
     return record
 
 
@@ -157,11 +163,12 @@ class SelectionFiles:
 
     def earlier_record(
         self, epochs: int, paths: list[str], overwrite: bool = False, per_layer: bool = False,
-        criterion: str = DEFAULT_CRITERION,
+        criterion: str = DEFAULT_CRITERION, seeds: int = 1,
     ) -> dict:  # fmt: skip
-        """The record of an earlier selection with these ``epochs``, ``paths`` and
-        ``criterion``, else a new one; an earlier selection of other settings is refused (it
-        is not replaced unasked) unless ``overwrite``, which removes its files."""
+        """The record of an earlier selection with these ``epochs``, ``paths``,
+        ``criterion`` and ``seeds``, else a new one; an earlier selection of other settings
+        is refused (it is not replaced unasked) unless ``overwrite``, which removes its
+        files."""
         flag = self.flag
         if self.record.is_file():
             fix = (
@@ -175,6 +182,7 @@ class SelectionFiles:
                     raise
                 earlier = {}  # unreadable, and to be replaced
             same = earlier.get("criterion", DEFAULT_CRITERION) == criterion
+            same = same and earlier.get("seeds", 1) == seeds
             if same and earlier.get("epochs") == epochs and earlier.get("paths") == paths:
                 return earlier
             if earlier.get("rounds") and not overwrite:
@@ -183,6 +191,7 @@ class SelectionFiles:
                 settings = f"--epochs {earlier.get('epochs')}"
                 if not same:
                     settings += f" --criterion {earlier.get('criterion', DEFAULT_CRITERION)}"
+                    settings += f" --seeds {earlier.get('seeds', 1)}"
                 raise RunDirectoryError(
                     f"{self.record} holds a selection of {earlier.get('epochs')} epochs per "
                     f"network ({state}): ella select {self.run_dir}{flag} {settings} shows or "
@@ -190,4 +199,4 @@ class SelectionFiles:
                 )
             for path in (self.winner, self.candidate):
                 path.unlink(missing_ok=True)
-        return new_record(epochs, paths, per_layer, criterion)
+        return new_record(epochs, paths, per_layer, criterion, seeds)

@@ -38,7 +38,7 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
 )
 from ella.selection.candidates import CONTROL, collapsed
-from ella.selection.criteria import Criterion, criterion_of
+from ella.selection.criteria import DEFAULT_CRITERION, Criterion, criterion_of
 from ella.selection.record import (
     SearchFiles,
     SelectionFiles,
@@ -47,6 +47,7 @@ from ella.selection.record import (
     read_selection,
     read_selection_state,
 )
+from ella.selection.replicates import gain_summary
 from ella.selection.units import LAYER_PATHS, WHOLE_PATHS, UnitKind
 
 __all__ = [
@@ -80,6 +81,8 @@ class SearchContext:
         run_dir: where the record is kept; ``None``: nothing is written (a model of
             :func:`ella.fit`).
         overwrite: replace a record of other settings, which is refused otherwise.
+        seeds: the seeds every candidate is trained at (:mod:`ella.selection.replicates`;
+            ``train`` trains them all); 1: one training each.
         selected: set by the search, the selected network's ``{"model", "log_prior"}``.
     """
 
@@ -90,6 +93,7 @@ class SearchContext:
     criterion: Criterion = field(default_factory=lambda: criterion_of(None))
     run_dir: Path | None = None
     overwrite: bool = False
+    seeds: int = 1
     selected: dict | None = None
 
 
@@ -156,10 +160,13 @@ class GreedySearch(Search):
         if context.run_dir is not None:
             files = SelectionFiles(context.run_dir, self.files, self.flag)
             record = files.earlier_record(
-                context.epochs, context.units, context.overwrite, self.kind.per_layer, criterion
-            )
+                context.epochs, context.units, context.overwrite, self.kind.per_layer, criterion,
+                context.seeds,
+            )  # fmt: skip
         else:
-            record = new_record(context.epochs, context.units, self.kind.per_layer, criterion)
+            record = new_record(
+                context.epochs, context.units, self.kind.per_layer, criterion, context.seeds
+            )
         if "null" not in record:
             record["null"] = context.null()
         record, context.selected = greedy_selection(
@@ -200,8 +207,11 @@ class DropSearch(Search):
         """The control and each unit dropped, reusing the rows found in the run directory."""
         epochs, done = context.epochs, {}
         run_dir = context.run_dir
+        head = {"epochs": epochs, **({"seeds": context.seeds} if context.seeds > 1 else {})}
+        if context.criterion.name != DEFAULT_CRITERION:
+            head["criterion"] = context.criterion.name
         if run_dir is not None:
-            done = self._earlier(run_dir, epochs, context.overwrite)
+            done = self._earlier(run_dir, head, context.overwrite)
         rows = []
         for drop in [None, *context.units]:
             key = drop or CONTROL
@@ -210,24 +220,28 @@ class DropSearch(Search):
                 row = {"dropped": key, **context.train([drop] if drop else [], None)[0]}
             rows.append(row)
             if run_dir is not None:
-                save_json({"epochs": epochs, "rows": rows}, run_dir / self.files.record)
-        return {"epochs": epochs, "rows": rows}
+                save_json({**head, "rows": rows}, run_dir / self.files.record)
+        return {**head, "rows": rows}
 
-    def _earlier(self, run_dir: Path, epochs: int, overwrite: bool) -> dict[str, dict]:
-        """The rows of an earlier call with these ``epochs`` and of the first round of a
-        greedy selection of the same ``epochs``; drops of other ``epochs`` are refused unless
-        ``overwrite``."""
+    def _earlier(self, run_dir: Path, head: dict, overwrite: bool) -> dict[str, dict]:
+        """The rows of an earlier call with these settings (``head``: epochs, seeds,
+        criterion) and of the first round of a greedy selection of the same settings; drops
+        of other settings are refused unless ``overwrite``."""
+        epochs = head["epochs"]
+
+        def settings(record: dict) -> tuple:
+            return tuple(record.get(k) for k in ("epochs", "seeds", "criterion"))
+
         done: dict[str, dict] = {}
         selection = run_dir / self.reuses.record if self.reuses else None
         if selection is not None and selection.is_file():
             earlier = read_selection(selection, "earlier path selection")
-            same = earlier.get("epochs") == epochs and "criterion" not in earlier
-            if same and earlier.get("rounds"):  # the default criterion's rows only
+            if settings(earlier) == settings(head) and earlier.get("rounds"):
                 done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
         path = run_dir / self.files.record
         if path.is_file():
             earlier = read_drops(path)
-            if earlier.get("epochs") == epochs:
+            if settings(earlier) == settings(head):
                 done.update({row["dropped"]: row for row in earlier.get("rows", [])})
             elif earlier.get("rows") and not overwrite:
                 raise RunDirectoryError(
@@ -329,8 +343,15 @@ def greedy_selection(
         start = read_selection_state(files.winner)
 
     def eligible(row: dict, rows: list[dict]) -> bool:
-        """The control, or a candidate that has not collapsed (``rows[0]`` the control)."""
-        return row["dropped"] == CONTROL or not collapsed(row, rows[0], record["null"])
+        """The control, or a candidate that has not collapsed (``rows[0]`` the control) and,
+        where the candidates are replicated, whose gain over the control is decided
+        (:func:`~ella.selection.replicates.gain_summary`)."""
+        if row["dropped"] == CONTROL:
+            return True
+        if collapsed(row, rows[0], record["null"]):
+            return False
+        gain = gain_summary(row, rows[0], score)
+        return gain is None or (gain["decided"] and gain["mean"] > 0)
 
     while not record["finished"]:
         rounds = record["rounds"]
