@@ -44,13 +44,25 @@ contrast rotated-minus-upright of the gaps, its mean over seeds in standard erro
 deviation of one architecture's score (mean over the four architectures); the cost of
 computing it in training epochs.
 
+Decision (ii), ``--part drop``: the default mixer (FC+CONV+GCONV) at 3,000 training images
+and 200 held out, seeds 0-2, then ``ella select RUN --drop-only`` (the control and each
+path dropped from every layer, 20 epochs each from the run) with a criterion registered
+by this script (:data:`DROP_CRITERION`) that scores every candidate by ``a`` (the
+candidate's exact-GGN evidence of the tensors it keeps, at its optimal precisions: what
+``ella select`` decides by, so here ``a`` and ``b`` are one), ``e`` (its GLM predictive
+of the 200 images by 32 draws, dropped tensors conditioned on zero, at those precisions)
+and ``g``; ``f`` from the same on a second run of the first 80% of the 3,000. ``c`` and ``h`` do not exist
+for candidates trained on under fixed precisions. The gap of a seed and data set is
+``gain(drop CONV) - gain(drop GCONV)`` (each against the control), which follows the
+data where it is negative on upright and positive on rotated digits.
+
 Pass rule: a criterion that uses only the training images (a, b, c, f, h) passes where
 its ``t`` reaches at least 70% of ``g_validation``'s in decision (i) and in decision
-(ii) (dropping each path from the default mixer at 3,000 images, 3 seeds; not run by
-this script yet). Decisions are made on validation splits; test figures are reported.
+(ii). Decisions are made on validation splits; test figures are reported.
 
     python -m experiments.criteria --work-dir runs/criteria --data-dir ../shared/data
     python -m experiments.criteria ... --sizes 5000
+    python -m experiments.criteria ... --part drop       # about 30 min per data set and seed
     python -m experiments.criteria --render-only
 
 Each training and each scoring resumes from ``--work-dir``; the results file is written
@@ -69,18 +81,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, jvp
 
 from benchmarks.runner import default_data_dir
 from ella.io import load_torch, save_json
-from ella.marglik import LaplaceEvidence
-from ella.marglik.laplace_internals import parameter_dtype
+from ella.marglik import LaplaceEvidence, glm_log_likelihood
 from ella.rundir import CHECKPOINT, CONFIG, RESULTS, read_json
 from ella.train import TrainConfig, train
 from ella.train.loop import Trainer
 from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 
-__all__ = ["CRITERIA", "contrast", "glm_log_likelihood", "main", "scores"]
+__all__ = ["CRITERIA", "contrast", "drop_contrast", "main", "scores"]
 
 NAME = "criteria"
 RECORD = "docs/research/0044-how-sure-each-answer-is.md"
@@ -152,41 +162,6 @@ def exact_evidence(trainer: Trainer) -> LaplaceEvidence:
     return evidence
 
 
-@torch.no_grad()
-def glm_log_likelihood(
-    evidence: LaplaceEvidence, log_prior: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-    draws: int = N_DRAWS, seed: int = 0,
-) -> float:  # fmt: skip
-    r"""The linearised (GLM) Laplace predictive log likelihood of ``(x, y)``, summed:
-
-    .. math:: \sum_n \log \frac1S \sum_s \mathrm{softmax}(f(x_n) + J(x_n)\,\epsilon_s)_{y_n},
-              \quad \epsilon_s \sim \mathcal N(0, (H + P)^{-1}),
-
-    with the fitted Kronecker posterior at precisions ``exp(log_prior)`` and ``J ε`` a
-    forward-mode Jacobian-vector product of the network as the evidence sees it."""
-    la = evidence.laplace
-    la.prior_precision = evidence.prior.expand(log_prior.exp()).to(parameter_dtype(la))
-    network = evidence.view.sync().eval()
-    names = [n for n, p in network.named_parameters() if p.requires_grad]
-    primals = {n: p.detach() for n, p in network.named_parameters() if p.requires_grad}
-    sizes = [primals[n].numel() for n in names]
-    generator = torch.Generator().manual_seed(seed)
-
-    def logits(params: dict) -> torch.Tensor:
-        return functional_call(network, params, (x,))
-
-    f0 = logits(primals)
-    probs = torch.zeros_like(f0, dtype=torch.float64)
-    for _ in range(draws):
-        eps = (la.sample(1, generator=generator)[0] - la.mean).split(sizes)
-        tangent = {n: e.view_as(primals[n]).to(primals[n]) for n, e in zip(names, eps, strict=True)}
-        with torch.enable_grad():
-            _, jv = jvp(logits, (primals,), (tangent,))
-        probs += F.softmax((f0 + jv).double(), dim=-1)
-    probs /= draws
-    return float(probs.gather(1, y.view(-1, 1)).log().sum())
-
-
 def scores(out: Path, data_dir, conditional: bool = False) -> dict:
     """Every criterion of one run that needs its weights, kept in ``out/scores.json``."""
     done = out / SCORES
@@ -209,7 +184,7 @@ def scores(out: Path, data_dir, conditional: bool = False) -> dict:
     row["optimum_log_prior"] = optimum.tolist()
     row["learned_log_prior"] = log_prior.tolist()
     began = time.perf_counter()
-    row["glm"] = glm_log_likelihood(exact, log_prior, x_val, y_val)
+    row["glm"] = glm_log_likelihood(exact, log_prior, x_val, y_val, draws=N_DRAWS)
     row["seconds"]["glm"] = time.perf_counter() - began
     if not conditional:
         refits = []
@@ -361,6 +336,105 @@ def noise(rows: list[dict]) -> dict:
     return found
 
 
+#: decision (ii): training images, held-out images, seeds
+DROP_SIZE, DROP_HELD, DROP_SEEDS = 3000, 200, (0, 1, 2)
+#: posterior draws of decision (ii)'s predictive (a forward-mode pass of the mixer each)
+DROP_DRAWS = 32
+DROP_CRITERIA = ("a_evidence", "e_laplace_predictive", "f_conditional", "g_validation")
+DROP_TRAINING_ONLY = ("a_evidence", "f_conditional")
+
+
+def _score_candidate(candidate) -> dict[str, float]:
+    """Every criterion of decision (ii) for one candidate of ``ella select --drop-only``."""
+    x, y = candidate.validation.tensors
+    with torch.no_grad():
+        fit = -float(F.cross_entropy(candidate.net.eval()(x), y, reduction="sum"))
+    glm = glm_log_likelihood(
+        candidate.evidence, candidate.optimum, x, y, draws=DROP_DRAWS, dropped=candidate.dropped
+    )
+    return {"log_evidence": candidate.log_evidence, "glm_validation": glm,
+            "validation_log_likelihood": fit}  # fmt: skip
+
+
+#: the criterion decision (ii)'s candidates are scored by (decides as the evidence does)
+DROP_CRITERION = "criteria_0044"
+
+
+def _register() -> None:
+    from ella.selection import CRITERIA, Criterion, register_criterion
+
+    if DROP_CRITERION not in CRITERIA:
+        register_criterion(
+            Criterion(DROP_CRITERION, "log_evidence", "log evidence", _score_candidate)
+        )
+
+
+def dropped_runs(work: Path, dataset: str, seed: int, conditional: bool, data_dir) -> dict:
+    """One run of the default mixer and its drop-only selection under the experiment's
+    criterion: ``{dropped: row}``."""
+    from ella.selection import run_search
+
+    _register()
+    out = work / f"drop_{dataset}_{DROP_SIZE}_seed{seed}_{'cml' if conditional else 'main'}"
+    if not (out / RESULTS).is_file():
+        size = DROP_SIZE if conditional else DROP_SIZE + DROP_HELD
+        config = TrainConfig(
+            dataset=dataset, data_dir=data_dir, train_size=size, validation_size=DROP_HELD,
+            test_size=1000, seed=seed, progress=False,
+        )  # fmt: skip
+        train(config, out, resume=(out / CHECKPOINT).is_file() or (out / CONFIG).is_file())
+    record = run_search(out, "drop", criterion=DROP_CRITERION, data_dir=data_dir, progress=False)
+    return {row["dropped"]: row for row in record["rows"]}
+
+
+def drop_row(work: Path, dataset: str, seed: int, data_dir) -> dict:
+    """Decision (ii) for one data set and seed: each candidate's criteria."""
+    main_rows = dropped_runs(work, dataset, seed, False, data_dir)
+    cml_rows = dropped_runs(work, dataset, seed, True, data_dir)
+    candidates = {
+        dropped: {
+            "a_evidence": row["log_evidence"],
+            "e_laplace_predictive": row["glm_validation"],
+            "f_conditional": cml_rows[dropped]["glm_validation"],
+            "g_validation": row["validation_log_likelihood"],
+            "test_accuracy": row["test_accuracy"],
+            "seconds": row["seconds"],
+        }
+        for dropped, row in main_rows.items()
+    }
+    return {"dataset": dataset, "seed": seed, "train_size": DROP_SIZE, "candidates": candidates}
+
+
+def drop_contrast(rows: list[dict], criterion: str) -> dict | None:
+    """Decision (ii)'s contrast over the seeds with both data sets measured: per seed the
+    rotated-minus-upright difference of ``gain(drop CONV) - gain(drop GCONV)``."""
+    mine = {(r["dataset"], r["seed"]): r["candidates"] for r in rows}
+    seeds = sorted({s for _, s in mine if all((d, s) in mine for d in DATASETS)})
+    if len(seeds) < 2:
+        return None
+
+    def gap(dataset: str, seed: int) -> float:
+        c = mine[dataset, seed]
+        return c["conv"][criterion] - c["gconv"][criterion]  # the control cancels
+
+    contrasts = [gap("rotated_mnist", s) - gap("mnist", s) for s in seeds]
+    mean, se = _mean_se(contrasts)
+    both = sum(gap("mnist", s) < 0 < gap("rotated_mnist", s) for s in seeds)
+    return {"seeds": seeds, "contrasts": contrasts, "mean": mean, "se": se, "t": mean / se,
+            "both_ways": both}  # fmt: skip
+
+
+def drop_analysis(rows: list[dict]) -> dict:
+    table = {c: drop_contrast(rows, c) for c in DROP_CRITERIA}
+    table = {c: v for c, v in table.items() if v is not None}
+    if table:
+        g = table["g_validation"]["t"]
+        for c, v in table.items():
+            v["share_of_validation_t"] = v["t"] / g
+            v["passes_ii"] = c in DROP_TRAINING_ONLY and v["t"] >= 0.7 * g
+    return table
+
+
 def markdown(payload: dict) -> str:
     lines = [
         "# How sure is each answer? Criteria against a held-out likelihood",
@@ -404,6 +478,33 @@ def markdown(payload: dict) -> str:
             "average.",
             "",
         ]
+    drop_rows = payload.get("drop_rows", [])
+    if drop_rows:
+        lines += [
+            f"## Decision (ii): dropping each path from FC+CONV+GCONV, {DROP_SIZE} images",
+            "",
+            "Gain of each candidate over its control (nats); test accuracy of the candidate.",
+            "",
+            "| data set | seed | criterion | drop FC | drop CONV | drop GCONV |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for r in drop_rows:
+            c = r["candidates"]
+            for crit in DROP_CRITERIA:
+                gains = " | ".join(f"{c[p][crit] - c['none'][crit]:+.0f}" for p in
+                                   ("fc", "conv", "gconv") if p in c)  # fmt: skip
+                lines.append(f"| {r['dataset']} | {r['seed']} | {crit} | {gains} |")
+        table = payload.get("drop_analysis", {})
+        if table:
+            lines += ["", "| criterion | contrast | SE | t | share of g's t | seeds both ways |",
+                      "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+            for crit, v in table.items():
+                lines.append(
+                    f"| {crit} | {v['mean']:+.1f} | {v['se']:.1f} | {v['t']:.1f} "
+                    f"| {100 * v['share_of_validation_t']:.0f}% | {v['both_ways']} of "
+                    f"{len(v['seeds'])} |"
+                )
+        lines.append("")
     lines += [
         "## Networks",
         "",
@@ -423,51 +524,76 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def build_payload(rows: list[dict], drop_rows: list[dict], seconds: float) -> dict:
+    """The results file: both decisions' rows, their analyses and the claims."""
+    found, dropped = analysis(rows), drop_analysis(drop_rows)
+    claims = {
+        f"{c} passes decision (i) at {size} images": v["passes_i"]
+        for size, table in found.items()
+        for c, v in table.items()
+        if c in TRAINING_ONLY
+    }
+    claims.update({f"{c} passes decision (ii)": v["passes_ii"] for c, v in dropped.items()
+                   if c in DROP_TRAINING_ONLY})  # fmt: skip
+    return {
+        "command": "python -m experiments.criteria",
+        "environment": environment("cpu"),
+        "seconds_this_call": seconds,
+        "rows": rows,
+        "analysis": found,
+        "noise": noise(rows),
+        "drop_rows": drop_rows,
+        "drop_analysis": dropped,
+        "claims": claims,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", default="runs/criteria", help="the runs (resumed)")
     parser.add_argument("--data-dir", default=default_data_dir())
+    parser.add_argument("--part", choices=("corners", "drop"), default="corners",
+                        help="decision (i), single-path networks, or (ii), drops")  # fmt: skip
     parser.add_argument("--sizes", nargs="+", type=int, choices=sorted(SEEDS), default=[1000])
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
+                        help="of --part drop (default 0 1 2)")  # fmt: skip
     parser.add_argument("--results-dir", default=str(EXPERIMENT_RESULTS))
     parser.add_argument("--render-only", action="store_true")
     args = parser.parse_args(argv)
     root = Path(args.results_dir)
     earlier = root / f"{NAME}.json"
     payload = read_json(earlier, "results file") if earlier.is_file() else {"rows": []}
+    rows, drop_rows = payload["rows"], payload.get("drop_rows", [])
     if args.render_only:
+        payload = build_payload(rows, drop_rows, payload.get("seconds_this_call", 0.0))
         write_results(NAME, payload, markdown(payload), root)
         return payload
     if args.data_dir is None:
         parser.error("--data-dir: where MNIST is (../shared/data in a checkout)")
-    began = time.perf_counter()
-    rows = payload["rows"]
+    began, work = time.perf_counter(), Path(args.work_dir)
+    if args.part == "drop":
+        for seed in args.seeds or DROP_SEEDS:
+            for dataset in DATASETS:
+                row = drop_row(work, dataset, seed, args.data_dir)
+                drop_rows = [r for r in drop_rows if (r["dataset"], r["seed"]) != (dataset, seed)]
+                drop_rows.append(row)
+                drop_rows.sort(key=lambda r: (r["seed"], DATASETS.index(r["dataset"])))
+                payload = build_payload(rows, drop_rows, time.perf_counter() - began)
+                write_results(NAME, payload, markdown(payload), root)
+        return payload
     for size in args.sizes:
         for seed in SEEDS[size]:
             for dataset in DATASETS:
                 for path in PATHS:
                     key = (dataset, size, seed, path)
                     row = {"dataset": dataset, "train_size": size, "seed": seed, "path": path}
-                    row.update(network_row(Path(args.work_dir), *key, args.data_dir))
+                    row.update(network_row(work, *key, args.data_dir))
                     rows = [r for r in rows if (r["dataset"], r["train_size"], r["seed"],
                                                 r["path"]) != key]  # fmt: skip
                     rows.append(row)
                     rows.sort(key=lambda r: (r["train_size"], r["seed"],
                                              DATASETS.index(r["dataset"]), r["path"]))  # fmt: skip
-                    found = analysis(rows)
-                    payload = {
-                        "command": "python -m experiments.criteria",
-                        "environment": environment("cpu"),
-                        "seconds_this_call": time.perf_counter() - began,
-                        "rows": rows,
-                        "analysis": found,
-                        "noise": noise(rows),
-                        "claims": {
-                            f"{c} passes decision (i) at {size} images": v["passes_i"]
-                            for size, table in found.items()
-                            for c, v in table.items()
-                            if c in TRAINING_ONLY
-                        },  # fmt: skip
-                    }
+                    payload = build_payload(rows, drop_rows, time.perf_counter() - began)
                     write_results(NAME, payload, markdown(payload), root)
     return payload
 

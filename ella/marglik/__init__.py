@@ -17,6 +17,7 @@ from ella.marglik.evidence import (
 from ella.marglik.kept import kept_log_evidence, tensor_terms
 from ella.marglik.null import class_frequency_model
 from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
+from ella.marglik.predictive import glm_log_likelihood
 from ella.marglik.priors import PriorMode, PriorStructure
 from ella.marglik.response import laplace_response
 
@@ -34,6 +35,7 @@ __all__ = [
     "check_supported",
     "class_frequency_model",
     "effective_parameters",
+    "glm_log_likelihood",
     "kept_log_evidence",
     "laplace_response",
     "relative_effective",

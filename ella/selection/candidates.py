@@ -232,7 +232,10 @@ def train_candidate(
     metrics = test()
     flags_in_view = dropped_flags(evidence.view.network, dropped)
     log_evidence = kept_log_evidence(evidence, flags_in_view, optimum)
-    scored = Candidate(net, evidence, optimum, flags_in_view, log_evidence, run.train_data, config)
+    scored = Candidate(
+        net, evidence, optimum, flags_in_view, log_evidence, run.train_data, config,
+        getattr(run, "validation", None),
+    )  # fmt: skip
     row = {
         "kept": kept,
         "test_accuracy": metrics["accuracy"],

@@ -46,6 +46,7 @@ class Candidate:
         log_evidence: the evidence of the tensors it keeps, at ``optimum``.
         train_data: the training images it was trained and fitted on.
         config: the recipe it was trained with.
+        validation: the run's held-out images (``--validation-size``), or None.
     """
 
     net: nn.Module
@@ -55,6 +56,7 @@ class Candidate:
     log_evidence: float
     train_data: Any
     config: Any
+    validation: Any = None
 
 
 @dataclass(frozen=True)
