@@ -51,8 +51,9 @@ by this script (:data:`DROP_CRITERION`) that scores every candidate by ``a`` (th
 candidate's exact-GGN evidence of the tensors it keeps, at its optimal precisions: what
 ``ella select`` decides by, so here ``a`` and ``b`` are one), ``e`` (its GLM predictive
 of the 200 images by 32 draws, dropped tensors conditioned on zero, at those precisions)
-and ``g``; ``f`` from the same on a second run of the first 80% of the 3,000. ``c`` and ``h`` do not exist
-for candidates trained on under fixed precisions. The gap of a seed and data set is
+and ``g``; ``f`` from the same on a second run of the first 80% of the 3,000. ``c`` and
+``h`` do not exist for candidates trained on under fixed precisions. The gap of a seed
+and data set is
 ``gain(drop CONV) - gain(drop GCONV)`` (each against the control), which follows the
 data where it is negative on upright and positive on rotated digits.
 
