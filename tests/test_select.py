@@ -127,7 +127,7 @@ def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelih
 
     def train_on(
         run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None,
-        criterion=None,
+        criterion=None, seed=None,
     ):  # fmt: skip
         if interrupt_at is not None and len(calls) == interrupt_at:
             raise KeyboardInterrupt
