@@ -74,6 +74,7 @@ from ella.selection.criteria import (
     DEFAULT_CRITERION,
     Candidate,
     Criterion,
+    check_validation,
     criterion_of,
     register_criterion,
 )
@@ -295,6 +296,8 @@ def run_search(
     check_seeds(seeds)
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
+    saved = read_json(run_dir / CONFIG, "run's configuration")
+    check_validation(scorer, saved.get("validation_size", 0), f"the run {run_dir}")
     with run_lock(run_dir):
         units = run_groups(run_dir, data_dir) if chosen.kind.per_layer else paths
 
@@ -303,7 +306,7 @@ def run_search(
                             criterion=scorer.name, seed=seed)  # fmt: skip
 
         if seeds > 1:
-            own = read_json(run_dir / CONFIG, "run's configuration").get("seed", 0)
+            own = saved.get("seed", 0)
             cache = run_dir / f"{Path(chosen.files.record).stem}_replicates.json"
             train = replicated(train, replicate_seeds(own, seeds), scorer.key, cache)
 

@@ -7,9 +7,11 @@ Laplace log evidence of the tensors it keeps (``log_evidence``), its training lo
 likelihood and its shares, which the collapse rule and the answers read whatever decides.
 
 ``"evidence"`` (the default) is :func:`ella.marglik.kept_log_evidence` at the
-evidence-optimal precisions (MacKay, Neural Computation 1992). A criterion of one's own is
-a :class:`Criterion` passed to :func:`register_criterion`; ``ella select --criterion NAME``
-and ``ella.select(..., criterion=NAME)`` then use it, and its records name it.
+evidence-optimal precisions (MacKay, Neural Computation 1992); ``"validation"`` the log
+likelihood of the run's held-out images (``ella train --validation-size V``). A criterion
+of one's own is a :class:`Criterion` passed to :func:`register_criterion`;
+``ella select --criterion NAME`` and ``ella.select(..., criterion=NAME)`` then use it, and
+its records name it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ella.errors import ConfigError
@@ -29,6 +32,7 @@ __all__ = [
     "DEFAULT_CRITERION",
     "Candidate",
     "Criterion",
+    "check_validation",
     "criterion_of",
     "register_criterion",
 ]
@@ -68,23 +72,41 @@ class Criterion:
         key: the row field the score is stored in and compared by (higher is better).
         label: the score's column heading in the tables (``"log evidence"``).
         score: ``score(candidate) -> {key: value, ...}``: the row fields it adds.
+        needs_validation: whether it reads the run's held-out images (a run of
+            ``ella train --validation-size V``; refused before any work otherwise).
     """
 
     name: str
     key: str
     label: str
     score: Callable[[Candidate], dict[str, float]]
+    needs_validation: bool = False
 
 
 def _evidence(candidate: Candidate) -> dict[str, float]:
     return {"log_evidence": candidate.log_evidence}
 
 
+@torch.no_grad()
+def _validation(candidate: Candidate, batch_size: int = 500) -> dict[str, float]:
+    """The candidate's log likelihood of the run's held-out images, summed (the plain
+    predictive at its weights)."""
+    x, y = candidate.validation.tensors
+    net, total = candidate.net.eval(), 0.0
+    for start in range(0, len(x), batch_size):
+        logits = net(x[start : start + batch_size])
+        total -= float(F.cross_entropy(logits, y[start : start + batch_size], reduction="sum"))
+    return {"validation_log_likelihood": total}
+
+
 #: the criterion of every selection that names none
 DEFAULT_CRITERION = "evidence"
 #: the criteria by name
 CRITERIA: dict[str, Criterion] = {
-    DEFAULT_CRITERION: Criterion(DEFAULT_CRITERION, "log_evidence", "log evidence", _evidence)
+    DEFAULT_CRITERION: Criterion(DEFAULT_CRITERION, "log_evidence", "log evidence", _evidence),
+    "validation": Criterion(
+        "validation", "validation_log_likelihood", "val log lik", _validation, True
+    ),
 }
 
 
@@ -94,6 +116,17 @@ def register_criterion(criterion: Criterion) -> Criterion:
         raise ConfigError(f"a selection criterion named {criterion.name!r} exists already")
     CRITERIA[criterion.name] = criterion
     return criterion
+
+
+def check_validation(criterion: Criterion, validation_size: int, where: str) -> None:
+    """Refuse, before any work, a criterion that reads held-out images where ``where`` (a
+    run directory, or a model of ``ella.fit``) holds none."""
+    if criterion.needs_validation and not validation_size:
+        raise ConfigError(
+            f"the criterion {criterion.name!r} scores each candidate on the run's held-out "
+            f"images, and {where} holds none: train it with a validation split (ella train "
+            "--validation-size V; TrainConfig(validation_size=V)), or choose another criterion"
+        )
 
 
 def criterion_of(name: str | None, option: str = "criterion") -> Criterion:

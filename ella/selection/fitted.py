@@ -18,7 +18,7 @@ from ella.learner import PriorLearner, dataset_labels
 from ella.marglik import class_frequency_model
 from ella.rundir import SELECT_EPOCHS
 from ella.selection.candidates import train_candidate
-from ella.selection.criteria import criterion_of
+from ella.selection.criteria import check_validation, criterion_of
 from ella.selection.replicates import check_seeds, replicate_seeds, replicated
 from ella.selection.searches import SearchContext, search_of
 from ella.selection.units import fitted_paths
@@ -110,6 +110,7 @@ def select_fitted(
     """
     chosen = search_of(search, drop_only=drop_only, per_layer=per_layer)
     scorer = criterion_of(criterion)
+    check_validation(scorer, 0, "a model of ella.fit")
     paths = check_fitted_selectable(result, train_loader, epochs)
     units = chosen.kind.units(result.model, paths)
     recipe = dataclasses.replace(result.config, epochs=epochs, progress=False)

@@ -56,7 +56,7 @@ def test_unknown_or_contradictory_choices_are_refused_by_name(registries):
         selection.search_of("nope", option="--search")
     with pytest.raises(ConfigError, match="has no one-round form"):
         selection.search_of(drop_only=True, per_layer=True)
-    with pytest.raises(ConfigError, match="criterion must be one of evidence; got 'nope'"):
+    with pytest.raises(ConfigError, match="criterion must be one of evidence, validation; got 'nope'"):
         selection.criterion_of("nope")
     with pytest.raises(ConfigError, match="exists already"):
         selection.register_criterion(CRITERIA["evidence"])
@@ -113,3 +113,14 @@ def test_a_search_and_a_criterion_of_ones_own_run_resume_and_are_reported(
     assert "path drops:" in out  # the search of one's own, reported
     assert "raises the train log lik (training_fit) most" in out
     assert "by train log lik (ella select --criterion training_fit" in out
+
+
+def test_the_validation_criterion_needs_a_validation_split(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"learn_priors": True, "prior_mean": "zero", "paths": ["conv", "gconv"]}
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "results.json").write_text("{}")
+    with pytest.raises(ConfigError, match="holds none: train it with a validation split"):
+        selection.select(run, criterion="validation")
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "results.json"]
