@@ -56,7 +56,9 @@ def test_unknown_or_contradictory_choices_are_refused_by_name(registries):
         selection.search_of("nope", option="--search")
     with pytest.raises(ConfigError, match="has no one-round form"):
         selection.search_of(drop_only=True, per_layer=True)
-    with pytest.raises(ConfigError, match="criterion must be one of evidence, validation; got 'nope'"):
+    with pytest.raises(
+        ConfigError, match="criterion must be one of evidence, validation; got 'nope'"
+    ):
         selection.criterion_of("nope")
     with pytest.raises(ConfigError, match="exists already"):
         selection.register_criterion(CRITERIA["evidence"])
@@ -124,3 +126,32 @@ def test_the_validation_criterion_needs_a_validation_split(tmp_path):
     with pytest.raises(ConfigError, match="holds none: train it with a validation split"):
         selection.select(run, criterion="validation")
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "results.json"]
+
+
+@pytest.mark.slow  # a tiny run with a validation split and three candidates of one epoch
+def test_the_validation_criterion_scores_the_selected_network_on_the_held_out_images(
+    tmp_path, capsys
+):
+    import dataclasses
+
+    import torch
+
+    from ella.io import load_torch
+    from ella.train import TrainConfig, Trainer, evaluate
+
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), *TINY_MIXER, "--validation-size", "16"]) == 0
+    ask = ["select", str(run), "--criterion", "validation", "--epochs", "1", "--no-progress"]
+    assert main(ask) == 0
+    out = capsys.readouterr().out
+    record = json.loads((run / "path_selection.json").read_text())
+    assert record["criterion"] == "validation" and "val log lik" in out
+    selected = load_torch(run / "path_selection.pt")
+    config = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    trainer = Trainer(dataclasses.replace(config, progress=False), tmp_path / "scratch")
+    trainer.model.load_state_dict(selected["model"])
+    held = evaluate(trainer.model.eval(), trainer.validation)
+    last = record["rounds"][-1]
+    winner = next(r for r in last["rows"] if r["dropped"] == last["winner"])
+    assert winner["validation_log_likelihood"] == pytest.approx(-16 * held["nll"], rel=1e-5)
+    assert torch.isfinite(torch.tensor(winner["log_evidence"]))  # the evidence beside it
