@@ -35,7 +35,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ella.errors import CheckpointError, RunDirectoryError
+from ella.errors import CheckpointError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json
 from ella.migrations import upgrade
 from ella.schemas import check
@@ -134,6 +134,25 @@ __all__ = [
 ]
 
 
+#: how a refusal names the run directory's options: Python's keywords (``ella.fit``'s, and
+#: ``train``'s), and the command line's flags (:meth:`ella.errors.EllaError.on_command_line`)
+_WORDS = {
+    "python": {"resume": "resume=True", "overwrite": "overwrite=True",
+               "where": "the run directory", "another": "another run directory (out)",
+               "pass_out": "pass a run directory (out)"},
+    "command_line": {"resume": "--resume", "overwrite": "--overwrite", "where": "--out",
+                     "another": "another --out", "pass_out": "pass --out"},
+}  # fmt: skip
+
+
+def _refusal(cls: type[EllaError], template: str, **values: object) -> EllaError:
+    """``cls`` with ``template`` worded for Python (its message) and for the command line
+    (:meth:`~ella.errors.EllaError.on_command_line`): ``{resume}``, ``{overwrite}``,
+    ``{where}``, ``{another}`` and ``{pass_out}`` name the options in each."""
+    python = template.format(**_WORDS["python"], **values)
+    return cls(python, command_line=template.format(**_WORDS["command_line"], **values))
+
+
 def begin_run(
     out: Path | None, config, *, resume: bool, overwrite: bool, load: Callable[[], None]
 ) -> None:
@@ -157,11 +176,13 @@ def begin_run(
     if resume and not (out / CHECKPOINT).is_file():  # stopped before its first checkpoint
         changed = config_differences(read_json(out / CONFIG, "run's configuration"), config)
         if changed:
-            raise CheckpointError(
-                f"--resume: the configuration differs from {out / CONFIG} in {changed}, and "
-                "there is no checkpoint yet; resume with the same options, or start again "
-                "with --overwrite"
-            )
+            raise _refusal(
+                CheckpointError,
+                "{resume}: the configuration differs from {config} in {changed}, and there is "
+                "no checkpoint yet; resume with the same options, or start again with "
+                "{overwrite}",
+                config=out / CONFIG, changed=changed,
+            )  # fmt: skip
         print(
             f"--resume: {out} has no checkpoint yet (the run stopped before its first epoch "
             "ended); starting it from the beginning",
@@ -228,7 +249,10 @@ def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise RunDirectoryError(f"cannot create {root}/ for the run: {err}; pass --out") from err
+        raise _refusal(
+            RunDirectoryError, "cannot create {root}/ for the run: {err}; {pass_out}",
+            root=root, err=err,
+        ) from err  # fmt: skip
     stamp = time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
     for k in range(1, 10_000):
         path = root / (stamp if k == 1 else f"{stamp}-{k}")
@@ -238,8 +262,12 @@ def new_run_directory(prefix: str, root: str | Path = "runs") -> Path:
         except FileExistsError:
             continue
         except OSError as err:
-            raise RunDirectoryError(f"cannot create {path}: {err}; pass --out") from err
-    raise RunDirectoryError(f"no free run directory name under {root}/; pass --out")
+            raise _refusal(
+                RunDirectoryError, "cannot create {path}: {err}; {pass_out}", path=path, err=err
+            ) from err
+    raise _refusal(
+        RunDirectoryError, "no free run directory name under {root}/; {pass_out}", root=root
+    )
 
 
 def refuse_unusable_name(path: Path, option: str = "--out") -> None:
@@ -266,12 +294,17 @@ def refuse_unusable_name(path: Path, option: str = "--out") -> None:
 def _refuse_a_file(out: Path) -> None:
     """Refuse an ``--out`` that names a file, or a symbolic link to nothing."""
     if out.is_symlink() and not out.exists():
-        raise RunDirectoryError(
-            f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist; "
-            "create the directory it points to, or choose another --out"
-        )
+        raise _refusal(
+            RunDirectoryError,
+            "{where} {out} is a symbolic link to {target}, which does not exist; create the "
+            "directory it points to, or choose {another}",
+            out=out, target=os.readlink(out),
+        )  # fmt: skip
     if out.exists() and not out.is_dir():
-        raise RunDirectoryError(f"--out {out} is a file, not a directory; choose another --out")
+        raise _refusal(
+            RunDirectoryError, "{where} {out} is a file, not a directory; choose {another}",
+            out=out,
+        )  # fmt: skip
 
 
 def stopped_before_checkpoint(out: Path) -> bool:
@@ -306,46 +339,60 @@ def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:
     _refuse_a_file(out)
     for name in (n for n in (CONFIG, *RUN_OUTPUTS) if "*" not in n):
         if (out / name).exists() and not (out / name).is_file():
-            raise RunDirectoryError(
-                f"{out / name} is not a file, and ella writes its {name} there: move it away "
-                "or choose another --out"
-            )
+            raise _refusal(
+                RunDirectoryError,
+                "{path} is not a file, and ella writes its {name} there: move it away or "
+                "choose {another}",
+                path=out / name, name=name,
+            )  # fmt: skip
     if resume:
         if not (out / CHECKPOINT).is_file() and not stopped_before_checkpoint(out):
             if holds_run(out):
-                raise CheckpointError(
-                    f"--resume: no checkpoint at {out / CHECKPOINT}, so there is nothing to "
-                    "continue; start the run again with --overwrite, or choose another --out"
-                )
-            raise CheckpointError(
-                f"--resume: no checkpoint at {out / CHECKPOINT} (no run to continue); "
-                "leave out --resume to start a run there"
-            )
+                raise _refusal(
+                    CheckpointError,
+                    "{resume}: no checkpoint at {path}, so there is nothing to continue; "
+                    "start the run again with {overwrite}, or choose {another}",
+                    path=out / CHECKPOINT,
+                )  # fmt: skip
+            raise _refusal(
+                CheckpointError,
+                "{resume}: no checkpoint at {path} (no run to continue); leave out {resume} "
+                "to start a run there",
+                path=out / CHECKPOINT,
+            )  # fmt: skip
     elif out.is_dir() and any(entry.name != LOCK for entry in out.iterdir()):
         if not holds_run(out):
             foreign = foreign_entries(out)
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             if (out / CONFIG).is_file() or (out / CHECKPOINT).is_file():
-                raise RunDirectoryError(
-                    f"--out {out} holds an ella run beside files ella did not write: {shown}; "
-                    "move them out of it to use the run, or choose another --out"
-                )
-            raise RunDirectoryError(
-                f"--out {out} is not empty and holds no ella run (files ella did not write: "
-                f"{shown}); ella never writes over files it did not create: choose a new or "
-                "empty directory"
-            )
+                raise _refusal(
+                    RunDirectoryError,
+                    "{where} {out} holds an ella run beside files ella did not write: {shown}; "
+                    "move them out of it to use the run, or choose {another}",
+                    out=out, shown=shown,
+                )  # fmt: skip
+            raise _refusal(
+                RunDirectoryError,
+                "{where} {out} is not empty and holds no ella run (files ella did not write: "
+                "{shown}); ella never writes over files it did not create: choose a new or "
+                "empty directory",
+                out=out, shown=shown,
+            )  # fmt: skip
         if not overwrite and stopped_before_checkpoint(out):
-            raise RunDirectoryError(
-                f"{out} already holds a run that stopped before its first checkpoint (only "
-                f"{CONFIG}); use --resume to start it again with its configuration, "
-                "--overwrite to start again with these options, or another --out"
-            )
+            raise _refusal(
+                RunDirectoryError,
+                "{out} already holds a run that stopped before its first checkpoint (only "
+                "{config}); use {resume} to start it again with its configuration, "
+                "{overwrite} to start again with these options, or {another}",
+                out=out, config=CONFIG,
+            )  # fmt: skip
         if not overwrite:
-            raise RunDirectoryError(
-                f"{out} already holds a run; use --resume to continue it, --overwrite to "
-                "start again, or another --out"
-            )
+            raise _refusal(
+                RunDirectoryError,
+                "{out} already holds a run; use {resume} to continue it, {overwrite} to start "
+                "again, or {another}",
+                out=out,
+            )  # fmt: skip
     _check_writable(out)
 
 
@@ -414,18 +461,22 @@ def check_fc_layout(ckpt: dict, path: Path) -> None:
     if not any(isinstance(k, str) and _PER_CHANNEL_FC.search(k) for s in states for k in s):
         return
     if (Path(path).parent / RESULTS).is_file():  # finished: --overwrite would discard it
-        raise CheckpointError(
-            f"--resume: {path} was written by ella 0.2 or earlier, and its run is finished "
-            f"({RESULTS} is beside it): there is nothing to resume. ella report, select and "
-            "export read it as it is; keep it (--overwrite would discard its results)"
-        )
-    raise CheckpointError(
-        f"--resume: {path} was written by ella 0.2 or earlier, whose FC paths held one "
+        raise _refusal(
+            CheckpointError,
+            "{resume}: {path} was written by ella 0.2 or earlier, and its run is finished "
+            "({results} is beside it): there is nothing to resume. ella report, select and "
+            "export read it as it is; keep it ({overwrite} would discard its results)",
+            path=path, results=RESULTS,
+        )  # fmt: skip
+    raise _refusal(
+        CheckpointError,
+        "{resume}: {path} was written by ella 0.2 or earlier, whose FC paths held one "
         "tensor per channel; this version stacks them, and the optimiser's state "
         "cannot be carried over. Finish the run with ella 0.2 (pip install "
-        "'ella-torch==0.2.*'), or start it again with --overwrite; ella report, select "
-        "and export read it as it is"
-    )
+        "'ella-torch==0.2.*'), or start it again with {overwrite}; ella report, select "
+        "and export read it as it is",
+        path=path,
+    )  # fmt: skip
 
 
 def load_checkpoint(path: Path, config: Config) -> dict:
@@ -444,7 +495,7 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"--resume: no checkpoint at {path}")
+        raise _refusal(CheckpointError, "{resume}: no checkpoint at {path}", path=path)
     ckpt = load_torch(path, fix="restore it from a copy, or start the run again with --overwrite")
     saved = ckpt.get("config") if isinstance(ckpt, dict) else None
     if not isinstance(saved, dict):
@@ -452,11 +503,13 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     check_fc_layout(ckpt, path)
     changed = config_differences(saved, config)
     if changed:
-        raise CheckpointError(
-            f"--resume: the configuration ({path.parent / CONFIG}) differs from the "
-            f"checkpoint's ({path}) in {changed}; resume with the same options, restore "
-            f"{CONFIG} if it was edited, or start a new run directory"
-        )
+        raise _refusal(
+            CheckpointError,
+            "{resume}: the configuration ({config}) differs from the checkpoint's ({path}) "
+            "in {changed}; resume with the same options, restore {name} if it was edited, "
+            "or start a new run directory",
+            config=path.parent / CONFIG, path=path, changed=changed, name=CONFIG,
+        )  # fmt: skip
     return ckpt
 
 
@@ -529,10 +582,12 @@ def _acquire(out: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunDirectoryError(
-                f"{out} is in use by another ella process (pid {_lock_holder(path)}, which "
-                f"holds {path}); wait for it to end, or choose another --out"
-            ) from None
+            raise _refusal(
+                RunDirectoryError,
+                "{out} is in use by another ella process (pid {pid}, which holds {path}); wait "
+                "for it to end, or choose {another}",
+                out=out, pid=_lock_holder(path), path=path,
+            ) from None  # fmt: skip
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
