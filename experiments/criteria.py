@@ -49,12 +49,12 @@ and 200 held out, seeds 0-2, then ``ella select RUN --drop-only`` (the control a
 path dropped from every layer, 20 epochs each from the run) with a criterion registered
 by this script (:data:`DROP_CRITERION`) that scores every candidate by ``a`` (the
 candidate's exact-GGN evidence of the tensors it keeps, at its optimal precisions: what
-``ella select`` decides by, so here ``a`` and ``b`` are one), ``e`` (its GLM predictive
-of the 200 images by 32 draws, dropped tensors conditioned on zero, at those precisions)
-and ``g``; ``f`` from the same on a second run of the first 80% of the 3,000. ``c`` and
-``h`` do not exist for candidates trained on under fixed precisions. The gap of a seed
-and data set is
-``gain(drop CONV) - gain(drop GCONV)`` (each against the control), which follows the
+``ella select`` decides by, so here ``a`` and ``b`` are one), ``g`` and ``h`` (the sum of
+its training NLL over its 20 epochs of training on, times ``N``); with ``--predictive``
+also ``e`` (its GLM predictive of the 200 images by 32 draws, dropped tensors conditioned
+on zero) and ``f`` (the same on a second run of the first 80% of the 3,000). ``c`` does
+not exist for candidates trained on under fixed precisions. The gap of a seed and data set
+is ``gain(drop CONV) - gain(drop GCONV)`` (each against the control), which follows the
 data where it is negative on upright and positive on rotated digits.
 
 Pass rule: a criterion that uses only the training images (a, b, c, f, h) passes where
@@ -63,7 +63,7 @@ its ``t`` reaches at least 70% of ``g_validation``'s in decision (i) and in deci
 
     python -m experiments.criteria --work-dir runs/criteria --data-dir ../shared/data
     python -m experiments.criteria ... --sizes 5000
-    python -m experiments.criteria ... --part drop       # about 30 min per data set and seed
+    python -m experiments.criteria ... --part drop       # about 15 min per data set and seed
     python -m experiments.criteria --render-only
 
 Each training and each scoring resumes from ``--work-dir``; the results file is written
@@ -358,24 +358,32 @@ def noise(rows: list[dict]) -> dict:
 DROP_SIZE, DROP_HELD, DROP_SEEDS = 3000, 200, (0, 1, 2)
 #: posterior draws of decision (ii)'s predictive (a forward-mode pass of the mixer each)
 DROP_DRAWS = 32
-DROP_CRITERIA = ("a_evidence", "e_laplace_predictive", "f_conditional", "g_validation")
-DROP_TRAINING_ONLY = ("a_evidence", "f_conditional")
+DROP_CRITERIA = ("a_evidence", "g_validation", "h_training_speed")
+#: with ``--predictive``
+DROP_PREDICTIVE = ("e_laplace_predictive", "f_conditional")
+DROP_TRAINING_ONLY = ("a_evidence", "f_conditional", "h_training_speed")
 
 
-def _score_candidate(candidate) -> dict[str, float]:
+def _score_candidate(candidate, predictive: bool = False) -> dict[str, float]:
     """Every criterion of decision (ii) for one candidate of ``ella select --drop-only``."""
     x, y = candidate.validation.tensors
     with torch.no_grad():
         fit = -float(F.cross_entropy(candidate.net.eval()(x), y, reduction="sum"))
-    glm = glm_log_likelihood(
-        candidate.evidence, candidate.optimum, x, y, draws=DROP_DRAWS, dropped=candidate.dropped
-    )
-    return {"log_evidence": candidate.log_evidence, "glm_validation": glm,
-            "validation_log_likelihood": fit}  # fmt: skip
+    found = {
+        "log_evidence": candidate.log_evidence,
+        "validation_log_likelihood": fit,
+        "training_speed": -len(candidate.train_data) * sum(candidate.train_nll),
+    }
+    if predictive:
+        found["glm_validation"] = glm_log_likelihood(
+            candidate.evidence, candidate.optimum, x, y, draws=DROP_DRAWS,
+            dropped=candidate.dropped,
+        )  # fmt: skip
+    return found
 
 
-#: the criterion decision (ii)'s candidates are scored by (decides as the evidence does)
-DROP_CRITERION = "criteria_0044"
+#: the criteria decision (ii)'s candidates are scored by (both decide as the evidence does)
+DROP_CRITERION, DROP_CRITERION_PREDICTIVE = "criteria_0044", "criteria_0044_predictive"
 
 
 def _register() -> None:
@@ -383,11 +391,16 @@ def _register() -> None:
 
     if DROP_CRITERION not in CRITERIA:
         register_criterion(
-            Criterion(DROP_CRITERION, "log_evidence", "log evidence", _score_candidate)
+            Criterion(DROP_CRITERION, "log_evidence", "log evidence", _score_candidate, True)
         )
+        register_criterion(
+            Criterion(DROP_CRITERION_PREDICTIVE, "log_evidence", "log evidence",
+                      lambda c: _score_candidate(c, predictive=True), True)
+        )  # fmt: skip
 
 
-def dropped_runs(work: Path, dataset: str, seed: int, conditional: bool, data_dir) -> dict:
+def dropped_runs(work: Path, dataset: str, seed: int, conditional: bool, predictive: bool,
+                 data_dir) -> dict:  # fmt: skip
     """One run of the default mixer and its drop-only selection under the experiment's
     criterion: ``{dropped: row}``."""
     from ella.selection import run_search
@@ -401,25 +414,27 @@ def dropped_runs(work: Path, dataset: str, seed: int, conditional: bool, data_di
             test_size=1000, seed=seed, progress=False,
         )  # fmt: skip
         train(config, out, resume=(out / CHECKPOINT).is_file() or (out / CONFIG).is_file())
-    record = run_search(out, "drop", criterion=DROP_CRITERION, data_dir=data_dir, progress=False)
+    criterion = DROP_CRITERION_PREDICTIVE if predictive else DROP_CRITERION
+    record = run_search(out, "drop", criterion=criterion, data_dir=data_dir, progress=False)
     return {row["dropped"]: row for row in record["rows"]}
 
 
-def drop_row(work: Path, dataset: str, seed: int, data_dir) -> dict:
+def drop_row(work: Path, dataset: str, seed: int, data_dir, predictive: bool = False) -> dict:
     """Decision (ii) for one data set and seed: each candidate's criteria."""
-    main_rows = dropped_runs(work, dataset, seed, False, data_dir)
-    cml_rows = dropped_runs(work, dataset, seed, True, data_dir)
-    candidates = {
-        dropped: {
+    main_rows = dropped_runs(work, dataset, seed, False, predictive, data_dir)
+    cml_rows = dropped_runs(work, dataset, seed, True, True, data_dir) if predictive else {}
+    candidates = {}
+    for dropped, row in main_rows.items():
+        candidates[dropped] = {
             "a_evidence": row["log_evidence"],
-            "e_laplace_predictive": row["glm_validation"],
-            "f_conditional": cml_rows[dropped]["glm_validation"],
             "g_validation": row["validation_log_likelihood"],
+            "h_training_speed": row["training_speed"],
             "test_accuracy": row["test_accuracy"],
             "seconds": row["seconds"],
         }
-        for dropped, row in main_rows.items()
-    }
+        if predictive:
+            candidates[dropped]["e_laplace_predictive"] = row["glm_validation"]
+            candidates[dropped]["f_conditional"] = cml_rows[dropped]["glm_validation"]
     return {"dataset": dataset, "seed": seed, "train_size": DROP_SIZE, "candidates": candidates}
 
 
@@ -443,7 +458,9 @@ def drop_contrast(rows: list[dict], criterion: str) -> dict | None:
 
 
 def drop_analysis(rows: list[dict]) -> dict:
-    table = {c: drop_contrast(rows, c) for c in DROP_CRITERIA}
+    measured = [c for c in (*DROP_CRITERIA, *DROP_PREDICTIVE)
+                if rows and all(c in r["candidates"]["none"] for r in rows)]  # fmt: skip
+    table = {c: drop_contrast(rows, c) for c in measured}
     table = {c: v for c, v in table.items() if v is not None}
     if table:
         g = table["g_validation"]["t"]
@@ -509,7 +526,7 @@ def markdown(payload: dict) -> str:
         ]
         for r in drop_rows:
             c = r["candidates"]
-            for crit in DROP_CRITERIA:
+            for crit in (k for k in (*DROP_CRITERIA, *DROP_PREDICTIVE) if k in c["none"]):
                 gains = " | ".join(f"{c[p][crit] - c['none'][crit]:+.0f}" for p in
                                    ("fc", "conv", "gconv") if p in c)  # fmt: skip
                 lines.append(f"| {r['dataset']} | {r['seed']} | {crit} | {gains} |")
@@ -524,6 +541,8 @@ def markdown(payload: dict) -> str:
                     f"{len(v['seeds'])} |"
                 )
         lines.append("")
+    if not payload["rows"]:
+        return "\n".join([*lines, f"Analysis: {RECORD}", ""])
     lines += [
         "## Networks",
         "",
@@ -580,8 +599,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--part", choices=("corners", "drop"), default="corners",
                         help="decision (i), single-path networks, or (ii), drops")  # fmt: skip
     parser.add_argument("--sizes", nargs="+", type=int, choices=sorted(SEEDS), default=[1000])
-    parser.add_argument("--seeds", nargs="+", type=int, default=None,
-                        help="of --part drop (default 0 1 2)")  # fmt: skip
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="of --part drop (default 0 1 2)"
+    )
+    parser.add_argument("--predictive", action="store_true",
+                        help="--part drop: also e and f (GLM draws, a second run)")  # fmt: skip
     parser.add_argument("--results-dir", default=str(EXPERIMENT_RESULTS))
     parser.add_argument("--render-only", action="store_true")
     args = parser.parse_args(argv)
@@ -599,7 +621,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.part == "drop":
         for seed in args.seeds or DROP_SEEDS:
             for dataset in DATASETS:
-                row = drop_row(work, dataset, seed, args.data_dir)
+                row = drop_row(work, dataset, seed, args.data_dir, args.predictive)
                 drop_rows = [r for r in drop_rows if (r["dataset"], r["seed"]) != (dataset, seed)]
                 drop_rows.append(row)
                 drop_rows.sort(key=lambda r: (r["seed"], DATASETS.index(r["dataset"])))

@@ -220,9 +220,10 @@ def train_candidate(
                 p.zero_()
             p.register_hook(torch.zeros_like)  # Adam and SGD then leave it at zero
     label = f"without {', '.join(sorted(dropped))}" if dropped else CONTROL
+    train_nll = []  # each epoch's mean training NLL, for a criterion that reads it
     for epoch in tqdm(range(1, config.epochs + 1), desc=label, leave=False, disable=not progress):
         run.state.epoch = epoch
-        run.train_epoch()
+        train_nll.append(run.train_epoch()["train_nll"])
     if any(bool(p.any()) for p, flag in zip(params, flags, strict=True) if flag):
         raise RuntimeError(f"the dropped {', '.join(dropped)} weights left zero while training on")
     exact = dataclasses.replace(config, ggn=GGN.EXACT)
@@ -234,7 +235,7 @@ def train_candidate(
     log_evidence = kept_log_evidence(evidence, flags_in_view, optimum)
     scored = Candidate(
         net, evidence, optimum, flags_in_view, log_evidence, run.train_data, config,
-        getattr(run, "validation", None),
+        getattr(run, "validation", None), train_nll,
     )  # fmt: skip
     row = {
         "kept": kept,

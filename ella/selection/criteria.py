@@ -17,7 +17,7 @@ its records name it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -51,6 +51,7 @@ class Candidate:
         train_data: the training images it was trained and fitted on.
         config: the recipe it was trained with.
         validation: the run's held-out images (``--validation-size``), or None.
+        train_nll: the mean training NLL of each epoch of its training on.
     """
 
     net: nn.Module
@@ -61,6 +62,7 @@ class Candidate:
     train_data: Any
     config: Any
     validation: Any = None
+    train_nll: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
