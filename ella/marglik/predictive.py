@@ -4,9 +4,11 @@ With the Laplace posterior :math:`\theta \sim \mathcal N(\theta_*, (H + P)^{-1})
 network linearised at :math:`\theta_*` (Immer, Korzepa & Bauer, AISTATS 2021; Laplace
 Redux's ``pred_type="glm"``), the predictive of a class is
 
-.. math:: p(y \mid x) = \mathbb E_{\epsilon}\,
-          \mathrm{softmax}\big(f(x, \theta_*) + J(x)\,\epsilon\big)_y,
-          \qquad \epsilon \sim \mathcal N\big(0, (H + P)^{-1}\big),
+.. math::
+
+    p(y \mid x) = \mathbb E_{\epsilon}\,
+    \mathrm{softmax}\big(f(x, \theta_*) + J(x)\,\epsilon\big)_y,
+    \qquad \epsilon \sim \mathcal N\big(0, (H + P)^{-1}\big),
 
 estimated here by ``S`` draws of :math:`\epsilon` from a fitted Kronecker posterior, each
 pushed through the Jacobian by one forward-mode product (no Jacobian is formed). Tensors

@@ -8,9 +8,11 @@ criterion; the row's score is the mean over the seeds, and each replicate is kep
 row's ``"replicates"``. A candidate's gain over its round's control is taken seed by seed
 (paired: the same seed's control) and summarised by :func:`summarise`:
 
-.. math:: \bar d = \frac1K \sum_k d_k, \qquad
-          \mathrm{SE} = \frac{s_d}{\sqrt K}, \quad
-          s_d^2 = \frac{1}{K-1} \sum_k (d_k - \bar d)^2,
+.. math::
+
+    \bar d = \frac1K \sum_k d_k, \qquad
+    \mathrm{SE} = \frac{s_d}{\sqrt K}, \quad
+    s_d^2 = \frac{1}{K-1} \sum_k (d_k - \bar d)^2,
 
 and is *decided* only where ``d_k`` has one sign at every seed and
 :math:`|\bar d| > 2\,\mathrm{SE}` (:data:`CALL_AT`). A round drops a unit only where that
