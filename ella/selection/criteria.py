@@ -8,7 +8,8 @@ likelihood and its shares, which the collapse rule and the answers read whatever
 
 ``"evidence"`` (the default) is :func:`ella.marglik.kept_log_evidence` at the
 evidence-optimal precisions (MacKay, Neural Computation 1992); ``"validation"`` the log
-likelihood of the run's held-out images (``ella train --validation-size V``). A criterion
+likelihood of the run's held-out images (``ella train --validation-size V``);
+``"training_speed"`` minus the training NLL summed over the candidate's epochs. A criterion
 of one's own is a :class:`Criterion` passed to :func:`register_criterion`;
 ``ella select --criterion NAME`` and ``ella.select(..., criterion=NAME)`` then use it, and
 its records name it.
@@ -103,12 +104,22 @@ def _validation(candidate: Candidate, batch_size: int = 500) -> dict[str, float]
 
 #: the criterion of every selection that names none
 DEFAULT_CRITERION = "evidence"
+
+
 #: the criteria by name
+def _training_speed(candidate: Candidate) -> dict[str, float]:
+    r"""Training speed as an estimate of the marginal likelihood (Lyle, Schut, Ru, Gal & van
+    der Wilk, NeurIPS 2020): minus the training NLL summed over the candidate's epochs of
+    training on, :math:`-N \sum_e \bar\ell_e`, the network that fits faster scoring higher."""
+    return {"training_speed": -len(candidate.train_data) * sum(candidate.train_nll)}
+
+
 CRITERIA: dict[str, Criterion] = {
     DEFAULT_CRITERION: Criterion(DEFAULT_CRITERION, "log_evidence", "log evidence", _evidence),
     "validation": Criterion(
         "validation", "validation_log_likelihood", "val log lik", _validation, True
     ),
+    "training_speed": Criterion("training_speed", "training_speed", "train speed", _training_speed),
 }
 
 

@@ -56,9 +56,7 @@ def test_unknown_or_contradictory_choices_are_refused_by_name(registries):
         selection.search_of("nope", option="--search")
     with pytest.raises(ConfigError, match="has no one-round form"):
         selection.search_of(drop_only=True, per_layer=True)
-    with pytest.raises(
-        ConfigError, match="criterion must be one of evidence, validation; got 'nope'"
-    ):
+    with pytest.raises(ConfigError, match="one of evidence, training_speed, validation; got"):
         selection.criterion_of("nope")
     with pytest.raises(ConfigError, match="exists already"):
         selection.register_criterion(CRITERIA["evidence"])
@@ -155,3 +153,11 @@ def test_the_validation_criterion_scores_the_selected_network_on_the_held_out_im
     winner = next(r for r in last["rows"] if r["dropped"] == last["winner"])
     assert winner["validation_log_likelihood"] == pytest.approx(-16 * held["nll"], rel=1e-5)
     assert torch.isfinite(torch.tensor(winner["log_evidence"]))  # the evidence beside it
+
+
+def test_training_speed_is_minus_the_summed_training_nll():
+    candidate = selection.Candidate(
+        net=None, evidence=None, optimum=None, dropped=[], log_evidence=-5.0,
+        train_data=list(range(10)), config=None, train_nll=[1.0, 0.5, 0.25],
+    )  # fmt: skip
+    assert CRITERIA["training_speed"].score(candidate) == {"training_speed": -17.5}
