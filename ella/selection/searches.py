@@ -105,9 +105,6 @@ class Search:
         kind: what a candidate drops (:mod:`ella.selection.units`).
         files: the file names of its record in a run directory.
         flag: its words on the command line after ``ella select RUN`` (``" --per-layer"``).
-        keyword: its keyword arguments of :func:`ella.select` (``{"per_layer": True}``).
-        what: the selection in words, for the report (``"a per-layer selection"``).
-        which: what it answers, for the report (``"each layer needs"``).
         reported: whether ``ella report`` prints its finished record.
     """
 
@@ -115,9 +112,6 @@ class Search:
     kind: UnitKind = WHOLE_PATHS
     files: SearchFiles = SearchFiles("")
     flag: str = ""
-    keyword: dict = {}
-    what: str = "a selection"
-    which: str = "the data need"
     reported: bool = True
 
     def run(self, context: SearchContext) -> dict:
@@ -133,10 +127,6 @@ class Search:
         """Whether ``record`` holds the search's answer."""
         return bool(record.get("finished"))
 
-    def started(self, record: dict) -> bool:
-        """Whether ``record`` holds any candidate."""
-        return bool(record.get("rounds"))
-
     def format(self, record: dict) -> str:
         """The record as text (tables and the answer)."""
         raise NotImplementedError
@@ -146,11 +136,8 @@ class GreedySearch(Search):
     """Backward elimination by the criterion (:func:`greedy_selection`), over the units of
     :attr:`kind`, with the winner's weights starting each next round."""
 
-    def __init__(self, name: str, kind: UnitKind, files: SearchFiles, flag: str = "",
-                 keyword: dict | None = None, what: str = "a selection",
-                 which: str = "the data need"):  # fmt: skip
+    def __init__(self, name: str, kind: UnitKind, files: SearchFiles, flag: str = ""):
         self.name, self.kind, self.files, self.flag = name, kind, files, flag
-        self.keyword, self.what, self.which = keyword or {}, what, which
 
     def run(self, context: SearchContext) -> dict:
         """:func:`greedy_selection` from the record found in the run directory (resumed),
@@ -188,8 +175,7 @@ class DropSearch(Search):
 
     def __init__(self, name: str, files: SearchFiles, reuses: SearchFiles | None = None):
         self.name, self.files, self.reuses = name, files, reuses
-        self.kind, self.flag, self.keyword = WHOLE_PATHS, " --drop-only", {"drop_only": True}
-        self.what, self.which, self.reported = "path drops", "the data need", False
+        self.kind, self.flag, self.reported = WHOLE_PATHS, " --drop-only", False
 
     def read(self, path: Path) -> dict:
         """:func:`~ella.selection.record.read_drops`."""
@@ -197,10 +183,6 @@ class DropSearch(Search):
 
     def finished(self, record: dict) -> bool:
         """Whether any row is recorded (the rows are written as they are trained)."""
-        return bool(record.get("rows"))
-
-    def started(self, record: dict) -> bool:
-        """Whether any row is recorded."""
         return bool(record.get("rows"))
 
     def run(self, context: SearchContext) -> dict:
@@ -270,15 +252,7 @@ DEFAULT_SEARCH = "greedy"
 #: the searches by name, in the order ``ella report`` prints them
 SEARCHES: dict[str, Search] = {
     "greedy": GreedySearch("greedy", WHOLE_PATHS, GREEDY_FILES),
-    "per_layer": GreedySearch(
-        "per_layer",
-        LAYER_PATHS,
-        PER_LAYER_FILES,
-        " --per-layer",
-        {"per_layer": True},
-        "a per-layer selection",
-        "each layer needs",
-    ),  # fmt: skip
+    "per_layer": GreedySearch("per_layer", LAYER_PATHS, PER_LAYER_FILES, " --per-layer"),
     "drop": DropSearch("drop", SearchFiles(PATH_DROPS), reuses=GREEDY_FILES),
 }
 
