@@ -606,6 +606,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="--part drop: also e and f (GLM draws, a second run)")  # fmt: skip
     parser.add_argument("--results-dir", default=str(EXPERIMENT_RESULTS))
     parser.add_argument("--render-only", action="store_true")
+    parser.add_argument("--redo", action="store_true",
+                        help="--part drop: measure the rows held again")  # fmt: skip
     args = parser.parse_args(argv)
     root = Path(args.results_dir)
     earlier = root / f"{NAME}.json"
@@ -621,6 +623,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.part == "drop":
         for seed in args.seeds or DROP_SEEDS:
             for dataset in DATASETS:
+                if not args.redo and any((r["dataset"], r["seed"]) == (dataset, seed)
+                                         for r in drop_rows):  # fmt: skip
+                    continue  # measured in an earlier call: its row is kept
                 row = drop_row(work, dataset, seed, args.data_dir, args.predictive)
                 drop_rows = [r for r in drop_rows if (r["dataset"], r["seed"]) != (dataset, seed)]
                 drop_rows.append(row)
