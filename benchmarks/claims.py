@@ -848,30 +848,66 @@ MAIN_END = "<!-- main-job:end -->"
 
 def main_job_line(root: Path = ROOT) -> str:
     """The README's sentence on the main job's selection, from ``results/main_job.json``
-    (``python -m benchmarks.main_job``)."""
+    (``python -m benchmarks.main_job``): the answer, each step with its spread over the seeds
+    where they were measured (:func:`ella.selection.decision`), else that one training per
+    candidate decides nothing and what more seeds cost."""
     path = root / MAIN_JOB
     if not path.is_file():
         raise SystemExit(f"{MAIN_JOB} is missing: python -m benchmarks.main_job writes it")
-    from ella.selection import drop_gains
+    from ella.selection import MORE_SEEDS, drop_gains, replicate_seeds
 
     payload = json.loads(path.read_text())
     sel = payload["selection"]
-    drops = [f"{dropped.upper()} ({gain:+.0f} nats)" for _, dropped, gain in drop_gains(sel)]
+    sure, k = sel.get("decision"), sel.get("seeds", 1)
+
+    def spread(step: dict) -> str:
+        called = "decided" if step["decided"] else "not decided"
+        return f"{step['se']:.0f} nats, {step['agree']} of {step['seeds']} seeds agree, {called}"
+
     last = sel["rounds"][-1]
     chosen = next(r for r in last["rows"] if r["dropped"] == last["winner"])
     first = sel["rounds"][0]["rows"][0]
     kept = "+".join(sel["kept"]).upper()
+    if sure is not None and k > 1:
+        drops = [f"{s['unit'].upper()} ({s['mean']:+.0f} ± {spread(s)})"
+                 for s in sure["steps"] if s["action"] == "drop"]  # fmt: skip
+        rival = next((s for s in sure["steps"] if s["action"] == "keep"), None)
+        rival_text = (
+            ""
+            if rival is None
+            else f" (dropping {rival['unit'].upper()}, the cheapest, would cost "
+            f"{-rival['mean']:.0f} ± {spread(rival)})"
+        )
+    else:
+        drops = [f"{d.upper()} ({gain:+.0f} nats)" for _, d, gain in drop_gains(sel)]
+        rival_text = ""
+        if last["winner"] == "none" and len(last["rows"]) > 1:
+            rival = max(last["rows"][1:], key=lambda r: r["log_evidence"])
+            cost = chosen["log_evidence"] - rival["log_evidence"]
+            rival_text = (
+                f" (dropping {rival['dropped'].upper()}, the cheapest, would cost {cost:.0f} nats)"
+            )
     how = f"drops {', then '.join(drops)} and keeps {kept}" if drops else f"keeps {kept}"
-    if last["winner"] == "none" and len(last["rows"]) > 1:
-        rival = max(last["rows"][1:], key=lambda r: r["log_evidence"])
-        cost = chosen["log_evidence"] - rival["log_evidence"]
-        how += f" (dropping {rival['dropped'].upper()}, the cheapest, would cost {cost:.0f} nats)"
+    how += rival_text
+    if k == 1:
+        more = MORE_SEEDS - 1
+        how += (
+            f"; one training per candidate, so not decided (one seed measures no spread; "
+            f"`--seeds {MORE_SEEDS}` trains {more * sel['networks']} more networks)"
+        )
+    elif sure is not None and not sure["decided"]:
+        how += f"; not decided at {k} seeds"
+    seed = payload["run"]["seed"]
+    command, networks, seeds = "`ella select RUN`", f"{sel['networks']} networks", f"seed {seed}"
+    if k > 1:
+        command = f"`ella select RUN --seeds {k}`"
+        networks += f" at {k} seeds each"
+        seeds = f"seeds {', '.join(map(str, replicate_seeds(seed, k)))}"
     return (
-        f"Asked which paths the data need (`ella select RUN`, {sel['epochs']} epochs per "
-        f"network, {sel['networks']} networks), the evidence {how}; the selected network's "
-        f"test accuracy is {100 * chosen['test_accuracy']:.2f}% (the whole network trained "
-        f"on alike: {100 * first['test_accuracy']:.2f}%; seed {payload['run']['seed']}, "
-        f"`{MAIN_JOB}`)."
+        f"Asked which paths the data need ({command}, {sel['epochs']} epochs per "
+        f"network, {networks}), the evidence {how}; the selected network's test accuracy "
+        f"is {100 * chosen['test_accuracy']:.2f}% (the whole network trained on alike: "
+        f"{100 * first['test_accuracy']:.2f}%; {seeds}, `{MAIN_JOB}`)."
     )
 
 

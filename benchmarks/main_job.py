@@ -1,14 +1,17 @@
 """The main job and the question it exists for: ``./run.sh train``, then ``ella select`` on it.
 
 Runs ``ella train`` with its defaults (the embedded MNIST subset, seed 0) into ``--out``,
-then ``ella select`` on that run (20 epochs per candidate network), each resumed where an
-earlier call stopped; then writes ``results/main_job.json`` and ``.md``: the run's test
-accuracy, log evidence and mean shares, and the selection's rounds, the paths it keeps and
-the selected network's accuracy against the whole network trained on alike. The README's
-line under the main job's sample output is written from that file by
-``python -m benchmarks.claims``.
+then ``ella select`` on that run (20 epochs per candidate network, ``--seeds K`` seeds per
+candidate), each resumed where an earlier call stopped; then writes
+``results/main_job.json`` and ``.md``: the run's test accuracy, log evidence and mean
+shares, and the selection's rounds, the paths it keeps, the selected network's accuracy
+against the whole network trained on alike, and how sure the answer is
+(:func:`ella.selection.decision`: each step's mean and standard error over the seeds,
+whether it is decided). The README's line under the main job's sample output is written
+from that file by ``python -m benchmarks.claims``.
 
-    python -m benchmarks.main_job --out runs/main_job   # about 25 minutes on 2 CPU cores
+    python -m benchmarks.main_job --out runs/main_job             # about 15 min on 2 cores
+    python -m benchmarks.main_job --out runs/main_job --seeds 3   # about 40 min
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from benchmarks.common import environment, write_results
 from ella.cli import main as ella
 from ella.rundir import PATH_SELECTION, RESULTS, SELECT_EPOCHS
+from ella.selection import decision
 
 __all__ = ["collect", "main"]
 
@@ -36,7 +40,11 @@ def collect(run_dir: Path, seconds: dict[str, float]) -> dict:
             "kept": r["kept"],
             "winner": r["winner"],
             "rows": [
-                {k: row[k] for k in ("dropped", "test_accuracy", "log_evidence")}
+                {
+                    k: row[k]
+                    for k in ("dropped", "test_accuracy", "log_evidence", "replicates")
+                    if k in row
+                }  # fmt: skip
                 for row in r["rows"]
             ],
         }
@@ -59,6 +67,8 @@ def collect(run_dir: Path, seconds: dict[str, float]) -> dict:
             "rounds": rounds,
             "networks": sum(len(r["rows"]) for r in record["rounds"]),
             "null_log_evidence": record["null"]["log_evidence"],
+            "seeds": record.get("seeds", 1),
+            "decision": decision(record),
         },
         "seconds_this_call": seconds,  # a step resumed finished costs nothing here
     }
@@ -94,12 +104,24 @@ def markdown(payload: dict) -> str:
         f"Kept: {'+'.join(sel['kept']).upper()} ({sel['networks']} networks; no network: "
         f"log evidence {sel['null_log_evidence']:.1f}).",
     ]
+    sure = sel.get("decision")
+    if sure is not None:
+        lines += ["", "| round | step | gain (nats) | standard error | seeds agreeing | decided |",
+                  "|---:|---|---:|---:|---:|---|"]  # fmt: skip
+        for step in sure["steps"]:
+            se = "-" if step["se"] is None else f"{step['se']:.0f}"
+            lines.append(
+                f"| {step['round']} | {step['action']} {step['unit'].upper()} | "
+                f"{step['mean']:+.0f} | {se} | {step['agree']} of {step['seeds']} | "
+                f"{'yes' if step['decided'] else 'no'} |"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/main_job", help="the run directory (resumed)")
+    parser.add_argument("--seeds", type=int, default=1, help="ella select --seeds (default 1)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     seconds: dict[str, float] = {}
@@ -110,7 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit("ella train failed (above); run this script again to resume it")
     seconds["train"] = time.perf_counter() - start
     start = time.perf_counter()
-    if ella(["select", str(out), "--epochs", str(SELECT_EPOCHS), "--no-progress"]) != 0:
+    asked = ["--epochs", str(SELECT_EPOCHS), "--seeds", str(args.seeds), "--no-progress"]
+    if ella(["select", str(out), *asked]) != 0:
         raise SystemExit("ella select failed (above); run this script again to resume it")
     seconds["select"] = time.perf_counter() - start
     payload = collect(out, seconds)

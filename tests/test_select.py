@@ -365,8 +365,9 @@ def test_answer_of_a_finished_selection_names_the_paths_and_each_drops_gain(tmp_
     lines = selection.format_answer(run, {}).splitlines()
     assert lines == [
         "which paths the data need, by the evidence (ella select, 3 epochs per network): "
-        "GCONV; dropped FC (+10 nats), then CONV (+10 nats); test accuracy 50.00% (the whole "
-        "network trained on alike: 50.00%)",
+        "GCONV; dropped FC (+10 nats), then CONV (+10 nats); one training per candidate, so "
+        "not decided (one seed measures no spread): asking with --seeds 3 trains 14 more "
+        "networks; test accuracy 50.00% (the whole network trained on alike: 50.00%)",
         f"which paths each layer needs: not asked yet; ella select {run} --per-layer drops "
         "one path of one layer at a time: a network of 20 epochs per path of each layer in its "
         f"first round; {selection.PER_LAYER_RELIABILITY}",
@@ -383,6 +384,10 @@ def test_answer_says_what_keeping_every_path_costs_and_when_it_is_below_no_netwo
     selection.select_paths(kept, 2)
     answer = selection.format_answer(kept, {})
     assert ": CONV+GCONV; every path kept; dropping CONV would cost 10 nats; " in answer
+    assert (
+        "; one training per candidate, so not decided (one seed measures no spread): asking "
+        "with --seeds 3 trains 6 more networks; test accuracy" in answer
+    )
     assert "no network" not in answer
     then = write_config(tmp_path / "then")
     evidence = {**SELECTION_EVIDENCE, ("conv", "fc"): -95.0}  # round 2: the control wins
@@ -550,3 +555,25 @@ def test_the_answer_tells_a_running_selection_from_a_stopped_one(tmp_path, monke
         holder.wait()
     first = selection.format_answer(run, {}).splitlines()[0]
     assert "a selection stopped in round 1; ella select" in first
+
+
+def test_decision_of_one_seed_decides_nothing_and_prices_more_seeds_at_the_rows_pace():
+    def row(dropped, evidence, seconds=60.0):
+        return {"dropped": dropped, "log_evidence": evidence, "log_likelihood": -100.0,
+                "seconds": seconds}  # fmt: skip
+
+    record = {
+        "epochs": 2, "null": {"log_likelihood": -1000.0, "log_evidence": -1010.0},
+        "kept": ["gconv"], "finished": True,
+        "rounds": [
+            {"kept": ["conv", "gconv"], "winner": "conv",
+             "rows": [row("none", -50.0), row("conv", -20.0), row("gconv", -70.0)]},
+            {"kept": ["gconv"], "winner": "none", "rows": [row("none", -20.0)]},
+        ],
+    }  # fmt: skip
+    sure = selection.decision(record)
+    assert sure["kept"] == ["gconv"] and sure["seeds"] == 1 and not sure["decided"]
+    assert sure["steps"] == [{"round": 1, "unit": "conv", "action": "drop", "mean": 30.0,
+                              "se": None, "agree": 1, "seeds": 1, "decided": False}]  # fmt: skip
+    # 4 networks of 60 s each, trained twice more
+    assert sure["more"] == {"seeds": 3, "networks": 8, "minutes": 8.0}

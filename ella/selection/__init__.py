@@ -45,8 +45,10 @@ from torch.utils.data import DataLoader
 
 from ella.rundir import CONFIG, SELECT_EPOCHS, read_json, run_lock
 from ella.selection.answer import (
+    MORE_SEEDS,
     PER_LAYER_RELIABILITY,
     SHARES_NOTE,
+    decision,
     drop_gains,
     format_answer,
     format_path_drops,
@@ -124,6 +126,7 @@ __all__ = [
     "DEFAULT_SEARCH",
     "KEPT_FIT",
     "LAYER_PATHS",
+    "MORE_SEEDS",
     "PER_LAYER_RELIABILITY",
     "SEARCHES",
     "SHARES_NOTE",
@@ -141,6 +144,7 @@ __all__ = [
     "check_selectable",
     "collapsed",
     "criterion_of",
+    "decision",
     "drop_each_path",
     "drop_gains",
     "droppable",
@@ -163,6 +167,8 @@ __all__ = [
     "register_criterion",
     "register_search",
     "relaxed_paths",
+    "replicate_seeds",
+    "replicated",
     "run_groups",
     "run_search",
     "save_per_layer_figure",
@@ -246,8 +252,11 @@ def select(
         With ``drop_only``: ``{"epochs", "rows"}`` (:func:`drop_each_path`); else the
         selection record ``{"epochs", "paths", "null", "rounds", "kept", "finished"}``
         (:func:`select_paths`), ``kept`` the selected paths; for a :class:`FitResult` also
-        ``"selected"``, the chosen network's ``{"model", "log_prior"}``.
-        :func:`format_path_drops` and :func:`format_path_selection` print them as tables.
+        ``"selected"``, the chosen network's ``{"model", "log_prior"}``; a finished
+        selection also ``"decision"``, how sure its answer is (:func:`decision`: each
+        step's mean and standard error over the seeds, whether it is decided, what more
+        seeds cost). :func:`format_path_drops` and :func:`format_path_selection` print
+        them as tables.
 
     Raises:
         TypeError: ``run`` is a model: pass the :class:`FitResult` that ``ella.fit``
@@ -266,11 +275,17 @@ def select(
     criterion_of(criterion)  # refused before any work
     check_seeds(seeds)
     if isinstance(run, FitResult):
-        return select_fitted(
+        record = select_fitted(
             run, train_loader, test_loader, epochs=epochs, search=chosen.name,
             criterion=criterion, seeds=seeds, progress=progress,
         )  # fmt: skip
-    return run_search(run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds)
+    else:
+        record = run_search(
+            run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds
+        )
+    if record.get("finished") and "rounds" in record:
+        record["decision"] = decision(record)
+    return record
 
 
 def run_search(

@@ -20,12 +20,14 @@ from ella.rundir import PATH_SELECTION, PATH_SELECTION_PER_LAYER, SELECT_EPOCHS,
 from ella.selection.candidates import CONTROL, check_selectable, collapsed, kept_their_fit
 from ella.selection.criteria import DEFAULT_CRITERION, criterion_of
 from ella.selection.record import read_selection
-from ella.selection.replicates import gain_summary
+from ella.selection.replicates import gain_summary, summarise
 from ella.selection.units import LAYER_PATHS, UnitKind, unit_kind
 
 __all__ = [
+    "MORE_SEEDS",
     "PER_LAYER_RELIABILITY",
     "SHARES_NOTE",
+    "decision",
     "drop_gains",
     "format_answer",
     "format_path_drops",
@@ -53,6 +55,66 @@ def drop_gains(record: dict) -> list[tuple[int, str, float]]:
             row = next(r for r in this["rows"] if r["dropped"] == this["winner"])
             gains.append((number, this["winner"], row[key] - control))
     return gains
+
+
+#: the seeds a one-seed answer suggests asking at: the fewest whose standard error can call
+#: a difference (two seeds give a standard error of one degree of freedom)
+MORE_SEEDS = 3
+
+
+def decision(record: dict) -> dict:
+    """How sure a greedy selection's answer is: each round's step with its spread over the
+    seeds (:func:`~ella.selection.replicates.summarise`) and what asking at more seeds
+    costs; the same fields ``ella report`` words and :func:`ella.select` returns.
+
+    A round's step is the drop it made (its gain over the round's control) or, where the
+    control won, its best rival that kept its fit (a gain at or below zero: keeping is
+    right). A step is *decided* where its gain has one sign at every seed and ``|mean|``
+    exceeds ``CALL_AT`` standard errors, for a kept rival below zero; one seed decides
+    nothing (it measures no spread).
+
+    Returns:
+        ``{"kept", "criterion", "seeds", "decided", "steps": [{"round", "unit", "action"
+        ("drop" or "keep"), "mean", "se", "agree", "seeds", "decided"}], "more": {"seeds",
+        "networks", "minutes"}}``: ``decided`` where every step is, ``se`` None at one
+        seed, ``more`` the cost of asking again at ``max(MORE_SEEDS, 2 seeds)`` (the
+        networks the record trained, once per added seed, at the pace its rows measured;
+        ``minutes`` None where the rows lack their seconds).
+    """
+    criterion = criterion_of(record.get("criterion"))
+    key, seeds = criterion.key, int(record.get("seeds", 1))
+    steps = []
+    for number, this in enumerate(record["rounds"], start=1):
+        if this["winner"] is None:
+            continue
+        control = this["rows"][0]
+        if this["winner"] != CONTROL:
+            row, action = next(r for r in this["rows"] if r["dropped"] == this["winner"]), "drop"
+        else:
+            rivals = kept_their_fit(this["rows"], record["null"])
+            if not rivals:
+                continue
+            row, action = max(rivals, key=lambda r: r[key]), "keep"
+        gain = gain_summary(row, control, key) or summarise([row[key] - control[key]])
+        decided = gain["decided"] and (gain["mean"] > 0) == (action == "drop")
+        se = None if gain["se"] != gain["se"] else gain["se"]  # NaN at one seed
+        steps.append({"round": number, "unit": row["dropped"], "action": action,
+                      "mean": gain["mean"], "se": se, "agree": gain["agree"],
+                      "seeds": gain["seeds"], "decided": decided})  # fmt: skip
+    more = max(MORE_SEEDS, 2 * seeds)
+    rows = [r for this in record["rounds"] for r in this["rows"]]
+    seconds = [r.get("seconds") for r in rows]
+    minutes = None
+    if rows and all(isinstance(t, (int, float)) for t in seconds):
+        minutes = (more - seeds) * sum(seconds) / 60
+    return {
+        "kept": list(record["kept"]),
+        "criterion": criterion.name,
+        "seeds": seeds,
+        "decided": bool(steps) and all(s["decided"] for s in steps),
+        "steps": steps,
+        "more": {"seeds": more, "networks": (more - seeds) * len(rows), "minutes": minutes},
+    }
 
 
 def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
@@ -291,56 +353,61 @@ def _seconds_per_epoch(results: dict) -> float | None:
 
 
 def _answer(record: dict) -> str:
-    """One line of a finished selection: the paths kept, what each drop gained, and the
-    selected network's test accuracy against the whole network trained on alike."""
+    """One line of a finished selection: the paths kept, what each step gained with its
+    spread over the seeds or that one seed measures none (:func:`decision`), what asking
+    at more seeds costs where a step is not decided, and the selected network's test
+    accuracy against the whole network trained on alike."""
     kind, criterion = kind_of(record), criterion_of(record.get("criterion"))
-    key = criterion.key
-    kept = kind.kept_label(record["kept"])
-    nats = " nats" if criterion.name == DEFAULT_CRITERION else ""  # the evidence's unit
-    drops = []
-    for number, dropped, gain in drop_gains(record):
-        this = record["rounds"][number - 1]
-        row = next(r for r in this["rows"] if r["dropped"] == dropped)
-        spread = gain_summary(row, this["rows"][0], key)
-        told = f"{gain:+.0f}{nats}" if spread is None else f"{_spread(spread, nats)}"
-        drops.append(f"{kind.label(dropped)} ({told})")
-    how = f"dropped {', then '.join(drops)}" if drops else "every path kept"
-    last = record["rounds"][-1]
-    if last["winner"] == CONTROL:
-        rivals = kept_their_fit(last["rows"], record["null"])
-        if rivals:
-            best = max(rivals, key=lambda r: r[key])
-            cost = last["rows"][0][key] - best[key]
-            too = " too" if drops else ""
-            unit = " nats" if criterion.name == DEFAULT_CRITERION else f" ({criterion.label})"
-            spread = gain_summary(best, last["rows"][0], key)
-            if spread is not None and spread["mean"] > 0:  # ahead, but not decided
-                seeds = spread["seeds"]
-                how += (
-                    f"; dropping {kind.label(best['dropped'])}{too} is not decided at {seeds} "
-                    f"seeds ({_spread(spread, nats)}); asking with --seeds {2 * seeds} trains "
-                    f"{seeds * len(last['rows'])} more networks in this round"
-                )
-            elif spread is not None:
-                how += (
-                    f"; dropping {kind.label(best['dropped'])}{too} would cost "
-                    f"{-spread['mean']:.0f} ± {spread['se']:.0f}{unit} over {spread['seeds']} seeds"
-                )
-            else:
-                how += f"; dropping {kind.label(best['dropped'])}{too} would cost {cost:.0f}{unit}"
+    evidence = criterion.name == DEFAULT_CRITERION
+    nats = " nats" if evidence else ""  # the evidence's unit
+    sure = decision(record)
+
+    def told(step: dict) -> str:
+        """A drop's gain: its spread over the seeds, or the one seed's figure."""
+        gain = f"{step['mean']:+.0f}{nats}" if step["se"] is None else _spread(step, nats)
+        return f"{kind.label(step['unit'])} ({gain})"
+
+    drops = [s for s in sure["steps"] if s["action"] == "drop"]
+    how = f"dropped {', then '.join(map(told, drops))}" if drops else "every path kept"
+    kept = [s for s in sure["steps"] if s["action"] == "keep"]
+    if kept:
+        step, too = kept[0], " too" if drops else ""
+        unit = " nats" if evidence else f" ({criterion.label})"
+        if step["se"] is None:
+            how += (
+                f"; dropping {kind.label(step['unit'])}{too} would cost {-step['mean']:.0f}{unit}"
+            )
+        elif step["mean"] > 0:  # ahead of the control, but not decided
+            how += f"; dropping {kind.label(step['unit'])}{too} is ahead ({_spread(step, nats)})"
+        else:
+            how += (
+                f"; dropping {kind.label(step['unit'])}{too} would cost "
+                f"{-step['mean']:.0f} ± {step['se']:.0f}{unit} over {step['seeds']} seeds"
+            )
+    if not sure["decided"]:
+        more = sure["more"]
+        if sure["seeds"] == 1:
+            why = "one training per candidate, so not decided (one seed measures no spread)"
+        else:
+            why = f"not decided at {sure['seeds']} seeds"
+        cost = f"{more['networks']} more networks"
+        if more["minutes"] is not None:
+            cost += f", about {more['minutes']:.0f} min at this selection's pace"
+        how += f"; {why}: asking with --seeds {more['seeds']} trains {cost}"
     first, selected = record["rounds"][0]["rows"][0], _selected_row(record)
     which, command = "the data need", "ella select"
     if record.get("per_layer"):
         which, command = "each layer needs", "ella select --per-layer"
-    by = "the evidence" if criterion.name == DEFAULT_CRITERION else f"{criterion.label}"
-    if criterion.name != DEFAULT_CRITERION:
+    by = "the evidence" if evidence else f"{criterion.label}"
+    if not evidence:
         command += f" --criterion {criterion.name}"
-    if record.get("seeds", 1) > 1:
-        command += f" --seeds {record['seeds']}"
+    if sure["seeds"] > 1:
+        command += f" --seeds {sure['seeds']}"
     line = (
-        f"which paths {which}, by {by} ({command}, {record['epochs']} epochs "
-        f"per network): {kept}; {how}; test accuracy {100 * selected['test_accuracy']:.2f}% "
-        f"(the whole network trained on alike: {100 * first['test_accuracy']:.2f}%)"
+        f"which paths {which}, by {by} ({command}, {record['epochs']} epochs per network): "
+        f"{kind.kept_label(record['kept'])}; {how}; test accuracy "
+        f"{100 * selected['test_accuracy']:.2f}% (the whole network trained on alike: "
+        f"{100 * first['test_accuracy']:.2f}%)"
     )
     if selected["log_evidence"] < record["null"]["log_evidence"]:
         line += "; below no network's evidence, so a choice among networks, not against none"

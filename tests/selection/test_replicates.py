@@ -88,8 +88,15 @@ def test_a_gain_the_seeds_do_not_decide_keeps_the_control(tmp_path, monkeypatch,
     assert [r["seed"] for r in conv["replicates"]] == [3, 1003]
     answer = selection.format_answer(run, {}).splitlines()[0]
     assert "(ella select --seeds 2, 2 epochs per network): CONV+GCONV" in answer
-    assert "dropping CONV is not decided at 2 seeds (+102 ± 98 nats, 2 of 2 seeds agree" in answer
-    assert "asking with --seeds 4 trains 6 more networks" in answer
+    assert "dropping CONV is ahead (+102 ± 98 nats, 2 of 2 seeds agree, not decided)" in answer
+    assert "; not decided at 2 seeds: asking with --seeds 4 trains 6 more networks;" in answer
+    sure = selection.decision(record)
+    assert sure["seeds"] == 2 and not sure["decided"] and sure["kept"] == ["conv", "gconv"]
+    (step,) = sure["steps"]
+    assert step["unit"] == "conv" and step["action"] == "keep" and not step["decided"]
+    assert step["mean"] == pytest.approx(102.5) and step["agree"] == 2
+    assert step["se"] == pytest.approx(statistics.stdev([5.0, 200.0]) / 2**0.5)
+    assert sure["more"] == {"seeds": 4, "networks": 6, "minutes": None}  # no seconds in rows
     text = selection.format_path_selection(record)
     assert "-175 ± 25, 2 of 2 seeds agree, decided" in text  # GCONV's loss is decided
 
