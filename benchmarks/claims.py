@@ -802,6 +802,104 @@ def reliability_table(root: Path = ROOT) -> str:
     return "\n".join([*lines, "", GUIDE_LEGEND])
 
 
+# ---------------------------------------------------------------- how sure each answer is
+CRITERIA_RESULTS = "experiments/results/criteria.json"
+CRITERIA_BEGIN = "<!-- criteria:begin (written by python -m benchmarks.claims; do not edit) -->"
+CRITERIA_END = "<!-- criteria:end -->"
+ANSWERS_BEGIN = "<!-- answers:begin (written by python -m benchmarks.claims; do not edit) -->"
+ANSWERS_END = "<!-- answers:end -->"
+#: each criterion of record 0044: its words, what it reads, its ``ella select`` name
+CRITERION_WORDS = {
+    "a_evidence": ("the KFAC evidence", "training images", "evidence"),
+    "b_evidence_optimum": ("the evidence, exact GGN at optimal precisions", "training images",
+                           None),
+    "c_evidence_last3": ("the evidence, mean of the last 3 rounds", "training images", None),
+    "e_laplace_predictive": ("the GLM Laplace predictive", "held-out images", None),
+    "f_conditional": ("the conditional marginal likelihood", "training images", None),
+    "g_validation": ("the held-out log likelihood", "held-out images", "validation"),
+    "h_training_speed": ("training speed (summed training NLL)", "training images",
+                         "training_speed"),
+}  # fmt: skip
+
+
+def _criteria(root: Path) -> dict:
+    path = root / CRITERIA_RESULTS
+    if not path.is_file():
+        raise SystemExit(f"{CRITERIA_RESULTS} is missing: it is committed with record 0044")
+    return json.loads(path.read_text())
+
+
+def _t(found: dict | None) -> str:
+    """``1.6 (798 ± 491, 5 seeds)``: a contrast's t with its mean and standard error."""
+    if found is None:
+        return "not measured"
+    return (
+        f"{found['t']:.1f} ({found['mean']:+.0f} ± {found['se']:.0f}, {len(found['seeds'])} seeds)"
+    )
+
+
+def criteria_table(root: Path = ROOT) -> str:
+    """The guide's table "How sure each answer is": per criterion of record 0044, the
+    rotated-minus-upright contrast in standard errors (``t``) of decision (i) (single-path
+    networks) and (ii) (drops from the mixer), against the held-out likelihood's."""
+    payload = _criteria(root)
+    single = payload["analysis"].get("1000", {})
+    drops, drop_rows = payload.get("drop_analysis", {}), payload.get("drop_rows", [])
+    lines = [
+        "| criterion (`--criterion`) | reads | (i) CONV-only vs GCONV-only, 1,000 images: t "
+        "(contrast ± SE) | of the held-out likelihood's t | right on both data sets | (ii) a "
+        "path dropped from the mixer, 3,000 images: t |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for key, (words, reads, name) in CRITERION_WORDS.items():
+        one = single.get(key)
+        if one is None:
+            continue
+        label = words if name is None else f"{words} (`{name}`)"
+        if drops:
+            two = _t(drops.get(key)) if key in drops else "not computed"
+        else:
+            done = sorted({(r["dataset"], r["seed"]) for r in drop_rows})
+            two = f"not measured yet ({len(done)} of 6 data set and seed pairs)"
+        lines.append(
+            f"| {label} | {reads} | {_t(one)} | {100 * one['share_of_validation_t']:.0f}% | "
+            f"{one['both_ways']} of {len(one['seeds'])} seeds | {two} |"
+        )
+    noise = payload["noise"]["1000"]
+    legend = textwrap.fill(
+        "t: the mean over the seeds of the rotated-minus-upright difference of each "
+        "criterion's GCONV-minus-CONV gap (in (ii): of the gains of dropping CONV and "
+        "GCONV), over its standard error; *right on both data sets*: CONV ahead on upright "
+        "digits and GCONV on rotated ones at that seed. One architecture's evidence moved "
+        f"by {noise['seed_sd']['total']:.0f} nats between seeds, "
+        f"{noise['refit_sd']['log_evidence']:.0f} when refitted at the same weights: the "
+        "spread is the trainings', not the estimator's. Written from "
+        "`experiments/results/criteria.json` by `python -m benchmarks.claims`; the record: "
+        "[0044](../research/0044-how-sure-each-answer-is.md).",
+        width=92,
+        break_on_hyphens=False,
+    )
+    return "\n".join([*lines, "", legend])
+
+
+def answers_sentence(root: Path = ROOT) -> str:
+    """The README's sentence on how sure the answers are, from record 0044's results."""
+    single = _criteria(root)["analysis"]["1000"]
+    a, g, h = (single[k] for k in ("a_evidence", "g_validation", "h_training_speed"))
+    return textwrap.fill(
+        "How sure each answer is: asked whether rotated digits need GCONV more than upright "
+        f"ones (CONV-only against GCONV-only networks, 1,000 images, {len(a['seeds'])} seeds), "
+        f"the KFAC evidence's answer is {a['t']:.1f} standard errors from none and right on "
+        f"both data sets at {a['both_ways']} of {len(a['seeds'])} seeds, a held-out "
+        f"likelihood's {g['t']:.1f} ({g['both_ways']} of {len(g['seeds'])}), training "
+        f"speed's {h['t']:.1f} ({h['both_ways']} of {len(h['seeds'])}); `ella select "
+        "--seeds K` states every decision with its standard error "
+        "([how sure](docs/guide/symmetry.md#how-sure-each-answer-is)).",
+        width=92,
+        break_on_hyphens=False,
+    )
+
+
 # ---------------------------------------------------------------- tables
 
 LEGEND = textwrap.fill(
@@ -918,6 +1016,8 @@ def blocks(root: Path = ROOT) -> dict[tuple[Path, str, str], str]:
         (README, BEGIN, END): readme_table(claims),
         (REPRODUCING, BEGIN, END): glance_table(claims),
         (GUIDE, BEGIN, END): reliability_table(root),
+        (GUIDE, CRITERIA_BEGIN, CRITERIA_END): criteria_table(root),
+        (README, ANSWERS_BEGIN, ANSWERS_END): answers_sentence(root),
         (README, MAIN_BEGIN, MAIN_END): main_job_line(root),
     }
 

@@ -194,3 +194,33 @@ def test_the_reliability_rule_is_written_once_and_read_from_the_selections():
     greedy = rows["greedy selection (`ella select`)", "1,000, Table 3's mixer"]
     assert greedy.startswith("mixed: at 1 seed of 2") and "below that of no network" in greedy
     assert rows["the same, Table 1's two tasks", "4,000, FC+CONV"].startswith("yes, both seeds")
+
+
+def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tmp_path):
+    def found(t, mean, seeds, share=None, both=None):
+        return {"t": t, "mean": mean, "se": mean / t, "seeds": list(range(seeds)),
+                "share_of_validation_t": share, "both_ways": both}  # fmt: skip
+
+    payload = {
+        "analysis": {"1000": {"a_evidence": found(1.5, 900.0, 5, 0.125, 3),
+                              "g_validation": found(12.0, 150.0, 5, 1.0, 5),
+                              "h_training_speed": found(24.0, 13000.0, 5, 2.0, 5)}},
+        "drop_analysis": {"a_evidence": found(0.5, 400.0, 3),
+                          "g_validation": found(2.0, 4.0, 3)},
+        "drop_rows": [],
+        "noise": {"1000": {"seed_sd": {"total": 800.0}, "refit_sd": {"log_evidence": 95.0}}},
+    }  # fmt: skip
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    (tmp_path / claims.CRITERIA_RESULTS).write_text(json.dumps(payload))
+    rows = claims.criteria_table(tmp_path).splitlines()
+    assert rows[2] == (
+        "| the KFAC evidence (`evidence`) | training images | 1.5 (+900 ± 600, 5 seeds) | 12% | "
+        "3 of 5 seeds | 0.5 (+400 ± 800, 3 seeds) |"
+    )
+    assert rows[4].endswith("| 200% | 5 of 5 seeds | not computed |")  # h not in (ii)'s file
+    assert "moved by 800 nats between seeds, 95 when refitted" in " ".join(rows)
+    sentence = " ".join(claims.answers_sentence(tmp_path).split())
+    assert (
+        "evidence's answer is 1.5 standard errors from none and right on both data sets at 3 "
+        "of 5 seeds, a held-out likelihood's 12.0 (5 of 5), training speed's 24.0 (5 of 5)"
+    ) in sentence
