@@ -506,6 +506,9 @@ def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkey
         "layer1.conv": (1, LAYER_GAINS["layer1.conv"]), "layer1.gconv": None,
         "layer2.conv": None, "layer2.gconv": (2, LAYER_GAINS["layer2.gconv"]),
     }  # fmt: skip
+    labels = selection.answer.per_layer_labels(record)
+    assert labels["layer1.gconv"] == "kept"
+    assert labels["layer1.conv"] == f"dropped, round 1\n{LAYER_GAINS['layer1.conv']:+.0f} nats"
     png = selection.save_per_layer_figure(record, tmp_path / "f.png").read_bytes()
     assert png.startswith(b"\x89PNG") and png.endswith(b"IEND\xaeB`\x82")
 

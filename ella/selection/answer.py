@@ -32,6 +32,7 @@ __all__ = [
     "format_answer",
     "format_path_drops",
     "format_path_selection",
+    "per_layer_labels",
     "per_layer_outcome",
     "save_per_layer_figure",
     "selection_rounds",
@@ -126,17 +127,34 @@ def per_layer_outcome(record: dict) -> dict[str, tuple[int, float] | None]:
     return outcome
 
 
+def per_layer_labels(record: dict) -> dict[str, str]:
+    """Each prior group's words in the per-layer figure: ``"kept"``, or the round that
+    dropped it and its gain, ``"+40 nats"`` from one training or ``"+40 ± 9 nats"`` (mean
+    ± standard error) from replicates (:func:`decision`)."""
+    spread = {s["unit"]: s for s in decision(record)["steps"] if s["action"] == "drop"}
+    labels = {}
+    for group, dropped in per_layer_outcome(record).items():
+        if dropped is None:
+            labels[group] = "kept"
+            continue
+        step, gain = spread.get(group), f"{dropped[1]:+.0f}"
+        if step is not None and step["se"] is not None:
+            gain = f"{step['mean']:+.0f} ± {step['se']:.0f}"
+        labels[group] = f"dropped, round {dropped[0]}\n{gain} nats"
+    return labels
+
+
 def save_per_layer_figure(record: dict, path: str | Path) -> Path:
     """A finished per-layer selection as a grid, written as PNG: a row per relaxed layer and
     a column per path, each kept group in its path's colour (the kind's, as in the shares
     figure), each dropped one light with the round that dropped it and the evidence it
-    gained (nats)."""
+    gained (nats; mean ± standard error where the candidates were replicated)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    outcome = per_layer_outcome(record)
+    outcome, labels = per_layer_outcome(record), per_layer_labels(record)
     parts = {g: LAYER_PATHS.split(g) for g in outcome}
     layers = list(dict.fromkeys(layer for layer, _ in parts.values()))
     paths = [p for p in PATH_KINDS if any(path == p for _, path in parts.values())]
@@ -149,11 +167,7 @@ def save_per_layer_figure(record: dict, path: str | Path) -> Path:
             dropped = outcome[group]
             colour = PATH_KINDS[name].color if dropped is None else "#e5e5e5"
             ax.add_patch(plt.Rectangle((j, i), 0.95, 0.9, color=colour))
-            label = (
-                "kept"
-                if dropped is None
-                else f"dropped, round {dropped[0]}\n{dropped[1]:+.0f} nats"
-            )
+            label = labels[group]
             ax.text(j + 0.47, i + 0.45, label, ha="center", va="center", fontsize=8,
                     color="white" if dropped is None else "black")  # fmt: skip
     ax.set_xlim(0, len(paths))
@@ -163,8 +177,10 @@ def save_per_layer_figure(record: dict, path: str | Path) -> Path:
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
+    seeds = int(record.get("seeds", 1))
+    over = "one training per candidate" if seeds == 1 else f"mean ± SE over {seeds} seeds"
     ax.set_title(
-        f"Paths each layer keeps by the evidence ({record['epochs']} epochs per network)",
+        f"Paths each layer keeps by the evidence ({record['epochs']} epochs per network, {over})",
         fontsize=10,
     )
     fig.tight_layout()

@@ -146,3 +146,22 @@ def test_ella_select_seeds_on_a_tiny_run(tmp_path, capsys):
     assert "seeds agree" in out
     assert main(ask) == 0  # resumed: nothing trained again, the same record
     assert json.loads((run / "path_drops.json").read_text()) == drops
+
+
+def test_the_per_layer_figure_labels_a_replicated_drop_with_its_spread():
+    def row(dropped, evidences):
+        reps = [{"seed": s, "log_evidence": e} for s, e in zip((0, 1000), evidences, strict=True)]
+        return {"dropped": dropped, "log_evidence": statistics.fmean(evidences),
+                "log_likelihood": -10.0, "replicates": reps}  # fmt: skip
+
+    groups = ["layer1.conv", "layer1.gconv"]
+    record = {
+        "epochs": 2, "paths": groups, "per_layer": True, "seeds": 2, "null": NULL,
+        "kept": ["layer1.gconv"], "finished": True,
+        "rounds": [{"kept": groups, "winner": "layer1.conv",
+                    "rows": [row("none", [-100.0, -110.0]), row("layer1.conv", [-60.0, -66.0]),
+                             row("layer1.gconv", [-300.0, -320.0])]}],
+    }  # fmt: skip
+    labels = selection.answer.per_layer_labels(record)
+    # gains +40 and +44: mean +42, SE stdev([40, 44]) / sqrt(2) = 2
+    assert labels == {"layer1.conv": "dropped, round 1\n+42 ± 2 nats", "layer1.gconv": "kept"}
