@@ -290,7 +290,9 @@ def test_select_command_prints_the_selection_and_the_drops(tmp_path, monkeypatch
     assert f"written: {run / PATH_SELECTION}, {run / PATH_SELECTION_STATE}" in out
     assert main(["select", str(run), "--epochs", "3", "--drop-only"]) == 0  # round 1 reused
     out = capsys.readouterr().out
-    assert out.startswith("path drops: each path at zero") and len(calls) == 7
+    plan, table = out.split("\n", 1)
+    assert plan == f"ella select {run} --drop-only trains 4 networks of 3 epochs in its one round"
+    assert table.startswith("path drops: each path at zero") and len(calls) == 7
     assert "the evidence would drop: FC, CONV (most: FC, +10 nats)" in out
     assert f"written: {run / PATH_DROPS}" in out
     assert not (run / ".ella.lock").exists()  # held while it ran, released after
@@ -580,3 +582,50 @@ def test_decision_of_one_seed_decides_nothing_and_prices_more_seeds_at_the_rows_
                               "se": None, "agree": 1, "seeds": 1, "decided": False}]  # fmt: skip
     # 4 networks of 60 s each, trained twice more
     assert sure["more"] == {"seeds": 3, "networks": 8, "minutes": 8.0}
+
+
+def test_select_says_what_it_will_train_and_dry_run_trains_nothing(tmp_path, monkeypatch, capsys):
+    run = write_config(tmp_path / "run")
+    layers = [{"layer": f"layer{i}"} for i in (1, 2)]
+    (run / "results.json").write_text(
+        json.dumps({"train_time_s": 60.0, "epochs": 20, "effective_parameters": layers})
+    )
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls, interrupt_at=0))
+    assert main(["select", str(run), "--dry-run", "--seeds", "2"]) == 0
+    # 3 s per epoch: 4 networks x 20 epochs x 2 seeds = 8 min; 7 networks 14 min
+    assert capsys.readouterr().out == (
+        f"ella select {run} trains 4 networks of 20 epochs at 2 seeds each in its first "
+        "round, about 8 min at this run's pace (7 networks, 14 min, if it drops a path each "
+        "round)\n"
+    )
+    assert main(["select", str(run), "--dry-run", "--per-layer", "--epochs", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"ella select {run} --per-layer trains 7 networks of 10 epochs in its first round, "
+        "about 4 min at this run's pace; in a miniature this selection agreed"
+    )
+    assert calls == [] and not (run / PATH_SELECTION).exists()  # nothing trained or written
+    assert main(["select", str(run), "--dry-run", "--epochs", "0"]) == 1  # checked first
+    assert "ella select --epochs" in capsys.readouterr().err
+
+
+def test_report_gives_the_answer_of_drops_when_no_selection_was_made(tmp_path, monkeypatch):
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        selection.select(run, epochs=3, drop_only=True)
+    line = selection.format_answer(run, {}).splitlines()[0]
+    assert line == (
+        "which paths the data need: one round of drops (ella select --drop-only) has 2 of 4 "
+        f"networks, stopped; ella select {run} --drop-only --epochs 3 resumes it"
+    )
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    selection.select(run, epochs=3, drop_only=True)
+    line = selection.format_answer(run, {}).splitlines()[0]
+    assert line == (
+        "which paths the data need, first round only (ella select --drop-only --epochs 3, 3 "
+        "epochs per network): the evidence would drop: FC, CONV (most: FC, +10 nats) (one "
+        f"training per candidate, so not decided); ella select {run} --epochs 3 makes the "
+        "whole choice, its first round this one"
+    )

@@ -24,6 +24,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     print_selection(
         Path(args.run_dir), args.epochs, search.name, args.data_dir, args.progress,
         overwrite=args.overwrite, criterion=args.criterion, seeds=args.seeds,
+        dry_run=args.dry_run,
     )  # fmt: skip
     return 0
 
@@ -37,12 +38,15 @@ def print_selection(
     overwrite: bool = False,
     criterion: str | None = None,
     seeds: int = 1,
+    dry_run: bool = False,
 ) -> None:
-    """Run a registered search on a learned run (:func:`ella.selection.run_search`), print
+    """Say what a registered search will train (:func:`ella.selection.format_plan`), then,
+    unless ``dry_run``, run it on a learned run (:func:`ella.selection.run_search`), print
     its record (:meth:`~ella.selection.Search.format`) and the files written."""
     from ella.selection import (
         check_seeds,
         criterion_of,
+        format_plan,
         run_search,
         save_per_layer_figure,
         search_of,
@@ -51,6 +55,9 @@ def print_selection(
     chosen = search_of(search, option="--search")
     criterion_of(criterion, "--criterion")
     check_seeds(seeds, "--seeds")
+    print(format_plan(run_dir, chosen.name, chosen.flag, epochs, seeds), flush=True)
+    if dry_run:
+        return
     record = run_search(
         run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds
     )
@@ -75,7 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "drop the path whose removal raises the evidence most, then again from that network, "
         "until none does or one path is left; writes path_selection.json and the selected "
         "network's weights, path_selection.pt. Resumable: a second call with the same "
-        "--epochs goes on where the first stopped. ella report RUN shows the selection again.",
+        "--epochs goes on where the first stopped. ella report RUN shows the selection again. "
+        "Cost: one training of --epochs per candidate, times --seeds; a three-path mixer's "
+        "first round trains 4 networks (7 in all if a path is dropped each round), "
+        "--per-layer 1 + 3 per layer in its first round; --dry-run prints the count and the "
+        "time at the run's pace.",
     )
     select.add_argument(
         "run_dir", help="a finished run directory of ella train with learned priors"
@@ -126,6 +137,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace a selection (or drops) of other --epochs in the run directory, which "
         "is refused otherwise",
+    )
+    select.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the networks the selection would train and the time at the run's pace "
+        "(printed before any selection too), and train nothing",
     )
     select.add_argument("--data-dir", default=None, help="data files, if moved since the run")
     select.add_argument(

@@ -53,8 +53,10 @@ from ella.selection.answer import (
     format_answer,
     format_path_drops,
     format_path_selection,
+    format_plan,
     per_layer_outcome,
     save_per_layer_figure,
+    selection_cost,
     selection_rounds,
 )
 from ella.selection.candidates import (
@@ -153,6 +155,7 @@ __all__ = [
     "format_answer",
     "format_path_drops",
     "format_path_selection",
+    "format_plan",
     "gain_summary",
     "greedy_selection",
     "kept_their_fit",
@@ -176,6 +179,7 @@ __all__ = [
     "select",
     "select_fitted",
     "select_paths",
+    "selection_cost",
     "selection_rounds",
     "summarise",
     "train_candidate",

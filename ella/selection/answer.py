@@ -16,10 +16,18 @@ from ella.errors import EllaError
 from ella.io import atomic_write
 from ella.learner.report import counted, paths_label
 from ella.nn import PATH_KINDS, path_columns
-from ella.rundir import PATH_SELECTION, PATH_SELECTION_PER_LAYER, SELECT_EPOCHS, lock_holder
+from ella.rundir import (
+    PATH_DROPS,
+    PATH_SELECTION,
+    PATH_SELECTION_PER_LAYER,
+    RESULTS,
+    SELECT_EPOCHS,
+    lock_holder,
+    read_json,
+)
 from ella.selection.candidates import CONTROL, check_selectable, collapsed, kept_their_fit
 from ella.selection.criteria import DEFAULT_CRITERION, criterion_of
-from ella.selection.record import read_selection
+from ella.selection.record import read_drops, read_selection
 from ella.selection.replicates import gain_summary, summarise
 from ella.selection.units import LAYER_PATHS, UnitKind, unit_kind
 
@@ -32,9 +40,11 @@ __all__ = [
     "format_answer",
     "format_path_drops",
     "format_path_selection",
+    "format_plan",
     "per_layer_labels",
     "per_layer_outcome",
     "save_per_layer_figure",
+    "selection_cost",
     "selection_rounds",
 ]
 
@@ -302,19 +312,46 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
     if record is not None and record.get("rounds"):
         line = _unfinished(run_dir, record, "the data need", "a selection", "")
         return f"{line}\n{per_layer}\n{SHARES_NOTE}"
-    rounds = selection_rounds(len(paths))
-    cost = f"{counted(rounds[0], 'network')} of {SELECT_EPOCHS} epochs in its first round"
-    pace = _seconds_per_epoch(results)
-    if pace is not None:
-        first, every = (SELECT_EPOCHS * pace * n / 60 for n in (rounds[0], sum(rounds)))
-        cost += f", about {first:.0f} min at this run's pace"
-        if len(rounds) > 1:
-            cost += f" ({sum(rounds)} networks, {every:.0f} min, if it drops a path each round)"
-    line = (
-        f"which paths the data need: not asked yet; ella select {run_dir} asks the evidence, "
-        f"training the network with and without each path: {cost}"
-    )
+    cost = selection_cost(results, len(paths), "greedy")
+    drops_path = Path(run_dir) / PATH_DROPS
+    drops = read_drops(drops_path) if drops_path.is_file() else {}
+    if drops.get("rows"):
+        line = _drops_line(run_dir, drops, len(paths))
+    else:
+        line = (
+            f"which paths the data need: not asked yet; ella select {run_dir} asks the "
+            f"evidence, training the network with and without each path: {cost}"
+        )
     return f"{line}\n{per_layer}\n{SHARES_NOTE}"
+
+
+def _drops_line(run_dir: str | Path, drops: dict, n_paths: int) -> str:
+    """The report's line for a run with ``ella select --drop-only``'s record and no greedy
+    selection: the one round's answer (:func:`format_path_drops`'s last line), or how far
+    it got, and that ``ella select RUN`` makes the whole choice."""
+    epochs, rows = drops["epochs"], drops["rows"]
+    flags = "" if epochs == SELECT_EPOCHS else f" --epochs {epochs}"
+    if drops.get("seeds", 1) > 1:
+        flags += f" --seeds {drops['seeds']}"
+    if len(rows) < n_paths + 1:
+        holder = lock_holder(Path(run_dir))
+        state = (
+            f"running (pid {holder} holds the run directory)"
+            if holder is not None
+            else f"stopped; ella select {run_dir} --drop-only{flags} resumes it"
+        )
+        return (
+            f"which paths the data need: one round of drops (ella select --drop-only) has "
+            f"{len(rows)} of {n_paths + 1} networks, {state}"
+        )
+    said = format_path_drops(drops).splitlines()[-1]
+    if drops.get("seeds", 1) == 1:
+        said += " (one training per candidate, so not decided)"
+    return (
+        f"which paths the data need, first round only (ella select --drop-only{flags}, "
+        f"{epochs} epochs per network): {said}; ella select {run_dir}{flags} makes the "
+        "whole choice, its first round this one"
+    )
 
 
 def _unfinished(run_dir: str | Path, record: dict, which: str, what: str, flag: str) -> str:
@@ -346,19 +383,67 @@ def _per_layer_line(run_dir: str | Path, results: dict, n_paths: int) -> str:
         return _unfinished(
             run_dir, record, "each layer needs", "a per-layer selection", " --per-layer"
         )
-    layers = len(results.get("effective_parameters", []))
-    if layers:
-        networks = 1 + n_paths * layers
-        cost = f"{counted(networks, 'network')} of {SELECT_EPOCHS} epochs in its first round"
-        pace = _seconds_per_epoch(results)
-        if pace is not None:
-            cost += f", about {SELECT_EPOCHS * pace * networks / 60:.0f} min at this run's pace"
-    else:  # results without the layers' rows
-        cost = f"a network of {SELECT_EPOCHS} epochs per path of each layer in its first round"
+    cost = selection_cost(results, n_paths, "per_layer")
     return (
         f"which paths each layer needs: not asked yet; ella select {run_dir} --per-layer drops "
         f"one path of one layer at a time: {cost}; {PER_LAYER_RELIABILITY}"
     )
+
+
+def selection_cost(
+    results: dict, n_paths: int, search: str, epochs: int = SELECT_EPOCHS, seeds: int = 1
+) -> str:
+    """What a selection of a run will train, at the run's own pace: the networks of its
+    first round (:func:`selection_rounds` for ``"greedy"``, the control and each path for
+    ``"drop"``, the control and each path of each layer for ``"per_layer"``), of ``epochs``
+    each at ``seeds`` seeds, and for the greedy search all of its rounds if it drops a path
+    in each; another search's rounds are its own, so only the pace is said.
+
+    Args:
+        results: the run's ``results.json`` (its ``train_time_s``, ``epochs`` and layers).
+        n_paths: the paths of the run's relaxed layers.
+        search: a registered search's name.
+        epochs: epochs of training per candidate.
+        seeds: the seeds every candidate is trained at.
+    """
+    pace = _seconds_per_epoch(results)
+    at = "" if seeds == 1 else f" at {seeds} seeds each"
+    layers = len(results.get("effective_parameters", []))
+    if search == "per_layer" and not layers:  # results without the layers' rows
+        return f"a network of {epochs} epochs per path of each layer{at} in its first round"
+    rounds = {
+        "greedy": selection_rounds(n_paths),
+        "drop": [n_paths + 1],
+        "per_layer": [1 + n_paths * layers],
+    }.get(search)
+    if rounds is None:
+        per = "" if pace is None else f", about {epochs * pace * seeds / 60:.1f} min each"
+        return f"networks of {epochs} epochs{at}{per} at this run's pace"
+    where = "in its first round" if search != "drop" else "in its one round"
+    cost = f"{counted(rounds[0], 'network')} of {epochs} epochs{at} {where}"
+    if pace is not None:
+        first, every = (epochs * pace * seeds * n / 60 for n in (rounds[0], sum(rounds)))
+        cost += f", about {first:.0f} min at this run's pace"
+        if len(rounds) > 1:
+            cost += f" ({sum(rounds)} networks, {every:.0f} min, if it drops a path each round)"
+    return cost
+
+
+def format_plan(
+    run_dir: str | Path, search: str, flag: str, epochs: int = SELECT_EPOCHS, seeds: int = 1
+) -> str:
+    """What ``ella select`` is about to train, said before any work (``--dry-run`` says
+    only this): :func:`selection_cost` at the run's pace, for ``--per-layer`` its measured
+    agreement (:data:`PER_LAYER_RELIABILITY`); the run is checked first
+    (:func:`check_selectable`)."""
+    paths = check_selectable(run_dir, epochs)
+    results = read_json(Path(run_dir) / RESULTS, "run's results")
+    line = f"ella select {run_dir}{flag} trains " + selection_cost(
+        results, len(paths), search, epochs, seeds
+    )
+    if search == "per_layer":
+        line += f"; {PER_LAYER_RELIABILITY}"
+    return line
 
 
 def _seconds_per_epoch(results: dict) -> float | None:
