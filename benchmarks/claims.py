@@ -887,13 +887,11 @@ def answers_sentence(root: Path = ROOT) -> str:
     single = _criteria(root)["analysis"]["1000"]
     a, g, h = (single[k] for k in ("a_evidence", "g_validation", "h_training_speed"))
     return textwrap.fill(
-        "How sure each answer is: asked whether rotated digits need GCONV more than upright "
-        f"ones (CONV-only against GCONV-only networks, 1,000 images, {len(a['seeds'])} seeds), "
-        f"the KFAC evidence's answer is {a['t']:.1f} standard errors from none and right on "
-        f"both data sets at {a['both_ways']} of {len(a['seeds'])} seeds, a held-out "
-        f"likelihood's {g['t']:.1f} ({g['both_ways']} of {len(g['seeds'])}), training "
-        f"speed's {h['t']:.1f} ({h['both_ways']} of {len(h['seeds'])}); `ella select "
-        "--seeds K` states every decision with its standard error "
+        "How sure: on CONV-only against GCONV-only networks (1,000 images, "
+        f"{len(a['seeds'])} seeds) the evidence's answer is {a['t']:.1f} standard errors from "
+        f"none (right on both data sets at {a['both_ways']} of {len(a['seeds'])} seeds), a "
+        f"held-out likelihood's {g['t']:.1f} ({g['both_ways']} of {len(g['seeds'])}), "
+        f"training speed's {h['t']:.1f} ({h['both_ways']} of {len(h['seeds'])}) "
         "([how sure](docs/guide/symmetry.md#how-sure-each-answer-is)).",
         width=92,
         break_on_hyphens=False,
@@ -903,13 +901,11 @@ def answers_sentence(root: Path = ROOT) -> str:
 # ---------------------------------------------------------------- tables
 
 LEGEND = textwrap.fill(
-    "Each row reads one profile of one benchmark. *Within noise*: the gap is smaller than "
-    "twice its standard error (binomial, on the test images, which a profile's seeds share) "
-    "or than its half range over the seeds; *not reproduced*: the gap points against the "
-    "claim. One seed measures no seed-to-seed noise: a gap beyond its standard error (or "
-    'without one) is reported, not called (*noise not measured*). A tolerance ("within a '
-    'point") is tested on the mean gap. Written from the results files by `python -m '
-    "benchmarks.claims`.",
+    "Each row reads one profile of one benchmark. *Within noise*: the gap is under twice its "
+    "standard error (binomial, on the test images the seeds share) or its half range over "
+    "the seeds; *not reproduced*: it points against the claim; one seed measures no "
+    "seed-to-seed noise, so its gaps are reported, not called (*noise not measured*); a "
+    "tolerance is tested on the mean gap. Written by `python -m benchmarks.claims`.",
     width=92,
     break_on_hyphens=False,
 )

@@ -73,6 +73,12 @@ class DistributedError(EllaError, RuntimeError):
     the processes disagree."""
 
 
+class DependencyError(EllaError, ImportError):
+    """A package that ella's dependencies import and that cannot be imported in this
+    environment (a torchvision built for another torch); the message names the package,
+    the versions and the fix."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a command, with what it leaves behind (a checkpoint to resume from,
     or none) as its message."""
@@ -81,6 +87,7 @@ class Interrupted(KeyboardInterrupt):
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DependencyError",
     "DistributedError",
     "EllaError",
     "EvidenceError",

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -220,7 +221,8 @@ def test_setup_refuses_a_bad_lock_line_by_number_before_installing(tmp_path, lin
     """A garbled constraints.txt is refused with its file and line, exit 1, before the
     environment is created or its stamp written."""
     (tmp_path / "tools").mkdir()
-    shutil.copy(ROOT / "tools" / "setup_env.sh", tmp_path / "tools" / "setup_env.sh")
+    for name in ("setup_env.sh", "check_lock.py"):
+        shutil.copy(ROOT / "tools" / name, tmp_path / "tools" / name)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     lock = (ROOT / "constraints.txt").read_bytes().split(b"\n")
     lock.insert(3, line.encode("latin-1"))
@@ -235,4 +237,110 @@ def test_setup_refuses_a_bad_lock_line_by_number_before_installing(tmp_path, lin
     )
     assert done.returncode == 1
     assert f"constraints.txt line 4 is not name==version: {shown}" in done.stderr
+    assert not venv.exists()
+
+
+# ----------------------------------------------------------------- the lock is whole
+def lock_checker():
+    spec = importlib.util.spec_from_file_location("check_lock", ROOT / "tools" / "check_lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CHECK = lock_checker()
+REQUIRED = CHECK.required_names(ROOT / "pyproject.toml")
+
+
+def refusal(text: str) -> list[str]:
+    return CHECK.problems(text, REQUIRED)
+
+
+def test_the_committed_lock_is_whole_and_ends_with_its_trailer():
+    text = LOCK.read_text()
+    assert refusal(text) == []
+    pins = CHECK.pin_lines(text.splitlines())
+    assert text.splitlines()[-1] == CHECK.trailer(pins)
+    assert {"torch", "numpy", "laplace-torch", "asdfghjkl", "pytest", "mkdocs"} <= set(REQUIRED)
+    assert CHECK.main([str(LOCK)]) == 0
+
+
+def test_the_required_pins_are_read_the_same_without_tomllib(monkeypatch):
+    """Python 3.10 has no tomllib: the checker reads pyproject.toml's arrays itself."""
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    assert CHECK.required_names(ROOT / "pyproject.toml") == REQUIRED
+
+
+def test_a_lock_of_comments_only_is_refused():
+    comments = "".join(ln + "\n" for ln in LOCK.read_text().splitlines() if ln.startswith("#"))
+    assert "it pins nothing (comments only)" in refusal(comments)
+    assert refusal("") != []
+
+
+def test_a_lock_cut_at_any_line_end_or_after_a_line_that_still_looks_whole_is_refused():
+    """Cut after each of its lines (``numpy==2`` of ``numpy==2.4.6`` among them): the
+    trailer is gone, whatever the last line looks like."""
+    text = LOCK.read_text()
+    lines = text.splitlines(keepends=True)
+    for n in range(len(lines)):
+        assert refusal("".join(lines[:n])), f"cut after line {n} passes"
+    cut = text[: text.index("numpy==2.4.6") + len("numpy==2")]
+    assert any("cut" in p for p in refusal(cut)), refusal(cut)
+
+
+def test_a_lock_with_a_pin_removed_or_edited_is_refused_by_its_trailer():
+    text = LOCK.read_text()
+    torch_pin = next(ln for ln in text.splitlines() if ln.startswith("torch=="))
+    without_torch = text.replace(torch_pin + "\n", "")
+    found = refusal(without_torch)
+    assert "it pins no torch (pyproject.toml requires it)" in found, found
+    assert any("pins where its trailer says" in p for p in found), found
+    requests = next(ln for ln in text.splitlines() if ln.startswith("requests=="))
+    edited = text.replace(requests, "requests==2.3")
+    assert refusal(edited) == ["its pins are not the ones its trailer's checksum was written for"]
+    assert refusal(text + "extra==1.0\n")  # a pin after the trailer
+
+
+def test_writing_the_trailer_makes_a_regenerated_lock_whole(tmp_path):
+    lock = tmp_path / "constraints.txt"
+    body = [ln for ln in LOCK.read_text().splitlines() if not ln.startswith("# lock: ")]
+    lock.write_text("\n".join(body) + "\n\n")
+    assert refusal(lock.read_text())
+    CHECK.main(["--write", str(lock)])
+    CHECK.main(["--write", str(lock)])  # again: one trailer, the same file
+    assert lock.read_text() == LOCK.read_text()
+
+
+def test_pip_reads_the_trailer_as_a_comment():
+    lines = LOCK.read_text().splitlines()
+    assert lines[-1].startswith("# ") and not lines[-1].startswith("#!")
+
+
+@pytest.mark.parametrize("cut", ["comments", "numpy==2", "no torch"])
+def test_setup_refuses_a_cut_lock_before_installing(tmp_path, cut):
+    """tools/setup_env.sh stops with one line naming the fix, exit 1, before the
+    environment is created or its stamp written."""
+    (tmp_path / "tools").mkdir()
+    for name in ("setup_env.sh", "check_lock.py"):
+        shutil.copy(ROOT / "tools" / name, tmp_path / "tools" / name)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    text = LOCK.read_text()
+    if cut == "comments":
+        text = "".join(ln + "\n" for ln in text.splitlines() if ln.startswith("#"))[:-1]
+    elif cut == "numpy==2":
+        text = text[: text.index("numpy==2.4.6") + len("numpy==2")] + "\n"
+    else:
+        text = "".join(ln + "\n" for ln in text.splitlines() if not ln.startswith("torch=="))
+    (tmp_path / "constraints.txt").write_text(text)
+    venv = tmp_path / "venv"
+    done = subprocess.run(
+        ["bash", str(tmp_path / "tools" / "setup_env.sh")],
+        env={"ELLA_VENV": str(venv), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("[setup] constraints.txt is not the whole lock: "), line
+    assert "git checkout constraints.txt" in line and "bash tools/lock.sh" in line
     assert not venv.exists()

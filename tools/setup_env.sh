@@ -32,6 +32,12 @@ if [ -n "$bad" ]; then
     "lock (git checkout constraints.txt) or move it with tools/lock.sh" >&2
   exit 1
 fi
+# ...and whole: its pins are the ones its trailer counts and checksums (tools/lock.sh
+# writes it), so a lock cut after a line that still looks whole, emptied or edited by hand
+# is refused too; ELLA_UNLOCKED=1 (tools/lock.sh) installs none of its pins
+if [ "$unlocked" != 1 ]; then
+  "$python" tools/check_lock.py constraints.txt || exit 1
+fi
 rm -f "$stamp"  # written again only after a whole install
 echo "[setup] creating $venv (takes a minute or two the first time)" >&2
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"

@@ -221,6 +221,6 @@ def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tm
     assert "moved by 800 nats between seeds, 95 when refitted" in " ".join(rows)
     sentence = " ".join(claims.answers_sentence(tmp_path).split())
     assert (
-        "evidence's answer is 1.5 standard errors from none and right on both data sets at 3 "
-        "of 5 seeds, a held-out likelihood's 12.0 (5 of 5), training speed's 24.0 (5 of 5)"
+        "the evidence's answer is 1.5 standard errors from none (right on both data sets at 3 "
+        "of 5 seeds), a held-out likelihood's 12.0 (5 of 5), training speed's 24.0 (5 of 5)"
     ) in sentence
