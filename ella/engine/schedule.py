@@ -148,6 +148,18 @@ class ScheduleConfig(OptimizerConfig):
         ``lr_hyp`` and ``n_hypersteps`` set): the priors are learned, by ``adam``."""
         return bool(self.learn_priors) and self.prior_update_rule() == PriorUpdate.ADAM
 
+    def learned_by_evidence(self) -> dict[str, str]:
+        """What the evidence rounds learn: ``{the option of its initial value: what it is,
+        in words}``; empty where no round is due. The prior precisions with
+        ``learn_priors``."""
+        return {"prior_precision": "the prior precisions"} if self.learn_priors else {}
+
+    def evidence_epochs(self) -> list[int]:
+        """The (1-based) epochs after which the evidence is fitted (:func:`evidence_due`);
+        none where the rounds learn nothing (:meth:`learned_by_evidence`)."""
+        learning = bool(self.learned_by_evidence())
+        return [e for e in range(1, self.epochs + 1) if evidence_due(self, e, learning)]
+
     def check_given(self, given: Iterable[str]) -> None:
         """Refuse a given ``lr_hyp`` that no round uses (the closed-form update, or no
         learned priors), naming the option that makes it count."""
@@ -174,6 +186,80 @@ def evidence_due(config: ScheduleConfig, epoch: int, learning: bool | None = Non
     if learning is None:
         learning = config.learn_priors
     return learning and epoch >= config.n_epochs_burnin and epoch % config.marglik_frequency == 0
+
+
+def first_evidence_epoch(n_epochs_burnin: int, marglik_frequency: int) -> int:
+    """The first (1-based) epoch after which the schedule fits the evidence
+    (:func:`evidence_due`): the smallest multiple of ``marglik_frequency`` that is at least
+    ``n_epochs_burnin`` and at least 1."""
+    return marglik_frequency * max(1, -(-n_epochs_burnin // marglik_frequency))
+
+
+class NoEvidenceRoundWarning(UserWarning):
+    """A run that learns by the evidence (its priors, or an invariance) whose epochs all end
+    before the schedule's first evidence round: nothing is learned, and the network is a MAP
+    network under its initial priors (:func:`no_round_note`)."""
+
+
+def no_round_note(config: ScheduleConfig, flags: bool = False) -> str | None:
+    """What to say of a configuration that learns by the evidence
+    (:meth:`ScheduleConfig.learned_by_evidence`) but whose ``epochs`` end before its first
+    round (:func:`first_evidence_epoch`), with the settings that give it one
+    (:func:`no_round_words`); ``None`` where a round runs or nothing is learned
+    (``learn_priors=False``).
+
+    Args:
+        config: the run's schedule (``ella train``'s or :func:`ella.fit`'s).
+        flags: name the options as the command line's flags (``--epochs 4``), not as
+            Python's keywords (``epochs=4``).
+    """
+    learned = config.learned_by_evidence()
+    if not learned or config.evidence_epochs():
+        return None
+    initial = {name: (what, getattr(config, name)) for name, what in learned.items()}
+    return no_round_words(
+        config.epochs, config.n_epochs_burnin, config.marglik_frequency, initial, flags
+    )
+
+
+def no_round_words(
+    epochs: int,
+    n_epochs_burnin: int,
+    marglik_frequency: int,
+    initial: dict[str, tuple[str, object]],
+    flags: bool = False,
+) -> str:
+    """The words of :func:`no_round_note` from the schedule's values (a results file's
+    configuration holds them as plain values): the epoch of the first round, what keeps its
+    initial value (``initial``: ``{option: (what, its value)}``), and the ways out: the
+    epochs that reach the first round, the burn-in (and frequency) that put a round within
+    ``epochs``, and, where the priors are all that is learned, a MAP network by intent."""
+
+    def named(name: str, value: object) -> str:
+        return f"--{name.replace('_', '-')} {value}" if flags else f"{name}={value}"
+
+    first = first_evidence_epoch(n_epochs_burnin, marglik_frequency)
+    if marglik_frequency <= epochs:  # a round after the last multiple of the frequency
+        last = epochs // marglik_frequency * marglik_frequency
+        within = f"{named('n_epochs_burnin', last)} (a round after epoch {last})"
+    else:  # a round after the last epoch
+        within = named("marglik_frequency", 1)
+        if n_epochs_burnin > epochs:
+            burnin = named("n_epochs_burnin", epochs)
+            within = f"{burnin}{' ' if flags else ' and '}{within}"
+    fixes = [f"{named('epochs', first)} or more", within]
+    if list(initial) == ["prior_precision"]:
+        no_priors = "--no-learn-priors" if flags else "learn_priors=False"
+        fixes.append(f"{no_priors} to train a MAP network by intent")
+    kept = " and ".join(f"{what} keep their initial value ({named(name, value)})"
+                        for name, (what, value) in initial.items())  # fmt: skip
+    return (
+        f"no evidence round: {named('epochs', epochs)} ends before the first round, after "
+        f"epoch {first} ({named('n_epochs_burnin', n_epochs_burnin)}, "
+        f"{named('marglik_frequency', marglik_frequency)}), so the evidence learns nothing: "
+        f"{kept}, and the network is trained by MAP alone; give "
+        f"{', or '.join(fixes)}"
+    )
 
 
 def cosine_lr(step: int, total: int, lr: float, lr_min: float) -> float:
@@ -359,7 +445,11 @@ __all__ = [
     "ScheduleConfig",
     "FAN_IN_REFERENCE",
     "cosine_lr",
+    "NoEvidenceRoundWarning",
     "evidence_due",
+    "first_evidence_epoch",
+    "no_round_note",
+    "no_round_words",
     "fan_in",
     "fc_path_parameters",
     "gconv_path_parameters",

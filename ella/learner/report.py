@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ella.engine.health import collapse_line
+from ella.engine.schedule import no_round_words
 from ella.io import atomic_write
 from ella.marglik import (
     LaplaceEvidence,
@@ -244,7 +245,30 @@ def format_table(results: dict) -> str:
     line = null_model_line(results)
     if line:
         lines.append(line)
+    line = no_round_line(results)
+    if line:
+        lines.append(line)
     return "\n".join(lines)
+
+
+def no_round_line(results: dict) -> str | None:
+    """For a run that learns by the evidence (its priors, or an invariance) whose epochs all
+    ended before its first round (``log_marglik_epochs`` empty): a warning that the evidence
+    learned nothing, with the options that give a round
+    (:func:`~ella.engine.schedule.no_round_words`, as flags); None otherwise, and for results
+    without the schedule in their configuration."""
+    config = results.get("config") or {}
+    schedule = [config.get(k) for k in ("epochs", "n_epochs_burnin", "marglik_frequency")]
+    if results.get("log_marglik_epochs") != [] or not all(isinstance(v, int) for v in schedule):
+        return None
+    initial = {}
+    if config.get("learn_priors"):
+        initial["prior_precision"] = ("the prior precisions", config.get("prior_precision"))
+    if config.get("invariance") == "learned":
+        initial["eta_init"] = ("the invariance's extents eta", config.get("eta_init"))
+    if not initial:
+        return None
+    return "warning: " + no_round_words(*schedule, initial, flags=True)
 
 
 def symmetry_breaking_line(rows: list[dict]) -> str | None:

@@ -141,6 +141,14 @@ class TrainConfig(ScheduleConfig):
         invariant_rounds = self.learn_priors and self.invariance != InvarianceMethod.NONE
         return super().steps_priors_by_adam() or bool(invariant_rounds)
 
+    def learned_by_evidence(self) -> dict[str, str]:
+        """As for any schedule (the prior precisions, with ``learn_priors``), and the
+        extents of a learned input invariance (``--invariance learned``)."""
+        learned = super().learned_by_evidence()
+        if self.invariance == InvarianceMethod.LEARNED:
+            learned["eta_init"] = "the invariance's extents eta"
+        return learned
+
     def evidence_settings(self) -> dict[str, object]:
         """The schedule's settings and the rounds' subset of the training images, which
         ``ella train`` knows before it starts (``train_size``; ``None``: all of them)."""

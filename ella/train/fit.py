@@ -20,7 +20,11 @@ epoch for an exact resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import dataclasses
+import difflib
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,7 +56,13 @@ from ella.distributed import (
 from ella.engine.epochs import Stream, epoch_generator
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.recipe import LOOP_CONTROL
-from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig, make_optimizer
+from ella.engine.schedule import (
+    SCHEDULE_HELP,
+    NoEvidenceRoundWarning,
+    ScheduleConfig,
+    make_optimizer,
+    no_round_note,
+)
 from ella.errors import ConfigError, InputDataError
 from ella.evidence_rules import CONFIG_NAMES, check_evidence_settings
 from ella.io import save_json
@@ -114,8 +124,9 @@ class FitResult:
         priors: the :class:`~ella.learner.PriorLearner` (precisions, last evidence).
         prior_precision: ``{group: delta}``; ``prior_variance``: ``{group: 1/delta}``.
         effective_parameters: one row per relaxed layer (FC/CONV/GCONV shares in
-            percent, effective parameters and prior variance per path); empty
-            without an evidence fit.
+            percent, effective parameters and prior variance per path), from the
+            evidence at the final weights and priors (the initial priors where
+            ``priors_learned`` is False).
         effective_parameters_other: the same per other module (heads, plain layers).
         log_marglik: log evidence after each evidence step, at ``log_marglik_epochs``.
         prior_convergence: whether the precisions had settled by the last round
@@ -129,6 +140,12 @@ class FitResult:
             :func:`~ella.engine.health.training_collapse`).
         config: the run's :class:`FitConfig` (the recipe :func:`ella.select` trains its
             candidates with).
+        priors_learned: whether an evidence round learned the priors: False for
+            ``learn_priors=False``, and where ``epochs`` ended before the schedule's first
+            round (:func:`fit` warns before training, with a
+            :class:`~ella.engine.schedule.NoEvidenceRoundWarning`): the model is then a
+            MAP network under its initial ``prior_precision``, and ``log_marglik`` is
+            empty.
     """
 
     model: nn.Module
@@ -144,6 +161,7 @@ class FitResult:
     shares_history: list[dict] = field(default_factory=list)
     training_collapse: dict | None = None
     config: FitConfig | None = None
+    priors_learned: bool = False
 
     def plot(self, path: str | Path) -> Path:
         """Write the figure ``ella train`` writes (``effective_parameters.png``): stacked bars
@@ -151,8 +169,15 @@ class FitResult:
         the per-parameter measure (:func:`ella.learner.report.save_figure`), as PNG.
 
         Raises:
-            ConfigError: the model has no relaxed layers, or no evidence was fitted.
+            ConfigError: ``path`` is not a file's path (a ``str`` or ``os.PathLike``), or the
+                model has no relaxed layers, or no evidence was fitted.
         """
+        check_path_argument("path", path, "the PNG file to write", "'shares.png'")
+        if Path(path).is_dir():
+            raise ConfigError(
+                f"path={str(path)!r} is a directory: give the PNG file to write in it "
+                f"(path={str(Path(path) / 'shares.png')!r})"
+            )
         if not self.effective_parameters:
             raise ConfigError(
                 "the result has no per-layer shares to plot: its model has no relaxed layers "
@@ -173,6 +198,7 @@ class FitResult:
             "metrics": self.metrics,
             "shares_history": self.shares_history,
             "training_collapse": self.training_collapse,
+            "priors_learned": self.priors_learned,
         }
 
 
@@ -213,10 +239,13 @@ def _test_shard(loader: DataLoader, world: World) -> DataLoader:
 
 
 def _n_examples(loader: Iterable) -> int:
+    _check_loader_kind(loader, "train_loader")
     dataset = getattr(loader, "dataset", None)
     if dataset is None:
         raise ConfigError(
-            "train_loader must be a DataLoader (with a .dataset), not a plain iterable"
+            "train_loader must be a DataLoader (with a .dataset, whose size weighs the prior "
+            f"against the likelihood), got a {type(loader).__name__}, a plain iterable; wrap "
+            "the data set in torch.utils.data.DataLoader(dataset, batch_size=..., shuffle=True)"
         )
     try:
         n = len(dataset)
@@ -235,15 +264,58 @@ def _n_examples(loader: Iterable) -> int:
     return n
 
 
+def _check_loader_kind(loader: object, name: str) -> None:
+    """Refuse, before any work, a ``name`` (``train_loader``, ``test_loader``) that cannot
+    give its batches every epoch: not iterable (a number, a data set without ``__iter__``),
+    a string or a mapping (whose iteration gives characters or keys), or an iterator (a
+    generator, ``iter(loader)``), which gives its batches once."""
+    kind = type(loader).__name__
+    train = name == "train_loader"
+    what = "a DataLoader" if train else "a DataLoader or a list of batches"
+    if isinstance(loader, (str, bytes, Mapping)) or not isinstance(loader, Iterable):
+        gives = {str: "characters", bytes: "bytes"}.get(type(loader), "keys")
+        why = f" (iterating it gives its {gives})" if isinstance(loader, Iterable) else ""
+        shown = repr(loader)
+        shown = shown if len(shown) <= 40 else f"{shown[:37]}..."
+        must = (
+            "a DataLoader of (inputs, targets) batches"
+            if train
+            else "None, a DataLoader or another iterable of (inputs, targets) batches"
+        )
+        raise ConfigError(
+            f"{name} must be {must}, got the {kind} {shown}{why}; wrap a data set in "
+            "torch.utils.data.DataLoader(dataset, batch_size=...)"
+        )
+    if isinstance(loader, Iterator):
+        raise ConfigError(
+            f"{name} is an iterator ({kind}), which gives its batches once, and ella.fit reads "
+            f"{name} every epoch: pass {what} (something iter() can start again)"
+        )
+
+
 def _check_test_loader(loader: Iterable | None) -> None:
-    """Refuse, before any training, a test loader whose data set is empty, or whose inputs
-    held in memory (a ``TensorDataset``) are not finite (:func:`checked_inputs` checks the
-    batches of other data sets as they are evaluated)."""
+    """Refuse, before any training, a test loader that cannot give batches
+    (:func:`_check_loader_kind`), whose data set is empty or which has no batches
+    (``len(test_loader) == 0``), or whose inputs held in memory (a ``TensorDataset``) are
+    not finite (:func:`checked_inputs` checks the batches of other data sets as they are
+    evaluated)."""
+    if loader is None:
+        return
+    _check_loader_kind(loader, "test_loader")
     dataset = getattr(loader, "dataset", None)
     if dataset is not None and hasattr(dataset, "__len__") and len(dataset) == 0:
         raise ConfigError(
             "test_loader's data set is empty: give it test examples, or test_loader=None to "
             "train without a test set"
+        )
+    try:
+        batches = len(loader)
+    except TypeError:  # an iterable without len(), or a loader of an IterableDataset
+        batches = None
+    if batches == 0:
+        raise ConfigError(
+            f"test_loader has no batches (len(test_loader) == 0, a {type(loader).__name__}): "
+            "give it test batches, or test_loader=None to train without a test set"
         )
     if isinstance(dataset, TensorDataset):
         x = dataset.tensors[0]
@@ -346,14 +418,17 @@ def probe_outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         model.train(was_training)
 
 
-def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) -> int | None:
-    """Refuse, before any training step, a training loader whose first batch training would
-    fail on (or silently misuse): not an ``(x, y)`` pair of tensors of one length; for
-    classification labels that are not class indices of the model's outputs (one int64
-    per example, in ``[0, K)`` for ``K`` logits); for regression targets of another shape
-    than the outputs (the loss would broadcast them).
+def _check_first_batch(
+    model: nn.Module, loader: Iterable, config: FitConfig, name: str = "train_loader"
+) -> int | None:
+    """Refuse, before any training step, a loader whose first batch training (or the
+    evaluation of a test loader) would fail on or silently misuse: not an ``(x, y)`` pair of
+    tensors of one length; for classification labels that are not class indices of the
+    model's outputs (one int64 per example, in ``[0, K)`` for ``K`` logits); for regression
+    targets of another shape than the outputs (the loss would broadcast them).
 
-    The outputs come from :func:`probe_outputs` (nothing of the model changes).
+    The outputs come from :func:`probe_outputs` (nothing of the model changes); ``name``
+    is the argument the messages name (``train_loader`` or ``test_loader``).
 
     Returns:
         For classification the number of classes (the model's output width), which the
@@ -363,18 +438,19 @@ def _check_first_batch(model: nn.Module, loader: Iterable, config: FitConfig) ->
     Raises:
         InputDataError: naming the problem and the fix.
     """
-    what = "train_loader's first batch"
+    what = f"{name}'s first batch"
     with torch.random.fork_rng(devices=[]):  # a shuffling loader draws its order
         batch = next(iter(loader), None)
     if batch is None:
+        without = f", or {name}=None to train without a test set" if name == "test_loader" else ""
         raise InputDataError(
-            "train_loader yields no batches: a batch_size above the data set's size with "
-            "drop_last=True?"
+            f"{name} yields no batches: a batch_size above the data set's size with "
+            f"drop_last=True?{without}"
         )
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         size = f" of {len(batch)} entries" if hasattr(batch, "__len__") else ""
         raise InputDataError(
-            f"{what}: train_loader must yield (inputs, targets) pairs, got a "
+            f"{what}: {name} must yield (inputs, targets) pairs, got a "
             f"{type(batch).__name__}{size}; make the data set's items (x, y)"
         )
     x, y = batch
@@ -610,14 +686,18 @@ def fit(
         model: any network of ella's relaxed layers and/or ``nn.Linear``/``nn.Conv2d``
             (on the device it should train on).
         train_loader: a ``DataLoader`` of ``(x, y)`` batches; also the evidence's data.
-        test_loader: optional; evaluated after every epoch.
+        test_loader: optional; evaluated after every epoch: a ``DataLoader`` or another
+            iterable of ``(x, y)`` batches that can be iterated again (a list, not a
+            generator).
         config: a :class:`FitConfig`; or give its options as keywords
             (``fit(model, loader, epochs=20, n_epochs_burnin=5)``).
-        out: a run directory for ``config.json``, ``checkpoint.pt`` (every epoch),
-            ``metrics.jsonl`` and ``results.json``; ``None`` writes nothing.
-        resume: continue the run in ``out`` from its checkpoint (the same model
+        out: a run directory (a ``str`` or ``os.PathLike``) for ``config.json``,
+            ``checkpoint.pt`` (every epoch), ``metrics.jsonl`` and ``results.json``;
+            ``None`` writes nothing.
+        resume: ``True`` continues the run in ``out`` from its checkpoint (the same model
             architecture, loaders and configuration).
-        overwrite: start again in an ``out`` that holds a run.
+        overwrite: ``True`` starts again in an ``out`` that holds a run (not with
+            ``resume``).
         **options: the fields of :class:`FitConfig` by name, instead of ``config`` (the API
             reference lists them with their defaults).
 
@@ -625,28 +705,27 @@ def fit(
         A :class:`FitResult`.
 
     Raises:
-        ConfigError: bad options or loaders (before any training).
-        InputDataError: the first training batch is not ``(x, y)`` of one length, or its
-            labels are not class indices of the model's outputs (int64, one per example,
-            in ``[0, K)`` for ``K`` logits), or its regression targets not of the outputs'
-            shape (before any training).
+        ConfigError: bad options, arguments or loaders, each named as its keyword (before
+            any training): an unknown option; ``resume`` or ``overwrite`` not ``True`` or
+            ``False``; ``out`` not a path; a loader that is not iterable, an iterator, or
+            without batches.
+        InputDataError: the first training or test batch is not ``(x, y)`` of one length,
+            or its labels are not class indices of the model's outputs (int64, one per
+            example, in ``[0, K)`` for ``K`` logits), or its regression targets not of the
+            outputs' shape (before any training).
         TrainingDivergedError: the loss or the evidence stopped being finite (the
             last epoch's checkpoint is kept).
+
+    Warns:
+        NoEvidenceRoundWarning: before training, where the priors are to be learned but
+            ``epochs`` end before the schedule's first evidence round
+            (:func:`~ella.engine.schedule.no_round_note`: the epochs it needs, and
+            ``learn_priors=False`` for a MAP network by intent); the result then has
+            ``priors_learned=False``.
     """
-    if not isinstance(model, nn.Module):
-        raise ConfigError(
-            f"model must be a torch.nn.Module (a network of ella's relaxed layers and/or "
-            f"nn.Linear/nn.Conv2d), got {type(model).__name__}"
-        )
-    if config is None:
-        config = FitConfig(**options)
-        config.check_given(options)
-    elif options:
-        raise ConfigError(f"give either config or keyword options, not both ({sorted(options)})")
-    if not isinstance(config, FitConfig):
-        raise ConfigError(f"config must be a FitConfig, got {type(config).__name__}")
-    if resume and out is None:
-        raise ConfigError("resume=True needs out=<run directory>")
+    _check_model(model)
+    config = _fit_config(config, options)
+    _check_run_arguments(out, resume, overwrite)
     n_data = _n_examples(train_loader)
     _check_test_loader(test_loader)
     _check_rounds(train_loader, n_data, config)
@@ -656,7 +735,12 @@ def fit(
     classes = _check_first_batch(model, train_loader, config)
     check_classes = check_held_labels(train_loader, classes, "train_loader's data set")
     test_classes = check_held_labels(test_loader, classes, "test_loader's data set")
+    if test_loader is not None:  # its batches are evaluated after every epoch
+        _check_first_batch(model, test_loader, config, "test_loader")
     world = distributed.start()
+    note = no_round_note(config)
+    if note is not None and world.is_main:  # said before any work, and by the result
+        warnings.warn(note, NoEvidenceRoundWarning, stacklevel=2)
     run = FitRun(
         model, priors, train_loader, test_loader, config, out, world, check_classes, test_classes
     )
@@ -670,6 +754,93 @@ def fit(
     finally:
         run.batches.release()
     return result
+
+
+def _check_model(model: object) -> None:
+    """Refuse a ``model`` that is not an ``nn.Module`` with parameters to train."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"model must be a torch.nn.Module (a network of ella's relaxed layers and/or "
+            f"nn.Linear/nn.Conv2d), got {type(model).__name__}"
+        )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(
+            f"model ({type(model).__name__}) has no trainable parameters (none, or all with "
+            "requires_grad=False): ella.fit learns the priors of a model's weights; give it "
+            "a model with weights to train"
+        )
+
+
+def _fit_config(config: object, options: dict[str, Any]) -> FitConfig:
+    """The run's :class:`FitConfig`: ``config`` checked again (its fields may have been set
+    since it was built), or one built from ``options``, each named as a keyword of
+    :func:`fit` (an unknown one with the nearest option)."""
+    if config is None:
+        names = [f.name for f in dataclasses.fields(FitConfig)]
+        for name in options:
+            if name not in names:
+                near = difflib.get_close_matches(name, names, n=1)
+                hint = f"did you mean {near[0]}=? " if near else ""
+                raise ConfigError(
+                    f"ella.fit has no option {name}=: {hint}its options are the fields of "
+                    "ella.FitConfig (the API reference lists them with their defaults)"
+                )
+        config = FitConfig(**options)
+        config.check_given(options)
+    elif options:
+        raise ConfigError(f"give either config or keyword options, not both ({sorted(options)})")
+    if not isinstance(config, FitConfig):
+        hint = (
+            "; pass its options as keywords, ella.fit(..., **options)"
+            if isinstance(config, Mapping)
+            else ""
+        )
+        raise ConfigError(f"config must be an ella.FitConfig, got {type(config).__name__}{hint}")
+    config.validate()  # a field set after the config was built is checked as at its start
+    return config
+
+
+def check_path_argument(name: str, value: object, what: str, example: str, other: str = "") -> None:
+    """Refuse a path argument ``name`` that is not a ``str`` or ``os.PathLike`` of a
+    ``str``, or that names nothing (``""``), naming ``what`` it should be, an ``example``
+    of it and what ``other`` value the argument takes (``", or out=None to write nothing"``)."""
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str):
+        raise ConfigError(
+            f"{name} must be the path of {what} (a str or a pathlib.Path){other}; got the "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not path.strip():
+        raise ConfigError(f"{name}={value!r} names nothing: give {what} ({name}={example}){other}")
+
+
+def _check_run_arguments(out: object, resume: object, overwrite: object) -> None:
+    """Refuse, before any work, an ``out`` that is not a path (a ``str`` or ``os.PathLike``
+    naming a directory), a ``resume`` or ``overwrite`` that is not ``True`` or ``False`` (the
+    string ``"no"`` is true to Python, and would start a finished run again), and the
+    combinations that cannot be meant: both, or either without ``out``."""
+    if out is not None:
+        check_path_argument(
+            "out", out, "a run directory", "'runs/mine'", ", or out=None to write nothing"
+        )
+    for name, value in (("resume", resume), ("overwrite", overwrite)):
+        if not isinstance(value, bool):
+            read = ""
+            if isinstance(value, str):
+                truth = "true" if value else "false"
+                read = f" (a string, which Python reads as {truth} whatever it says)"
+            raise ConfigError(
+                f"{name} must be True or False, got the {type(value).__name__} {value!r}{read}; "
+                f"pass {name}=True or {name}=False"
+            )
+    if resume and overwrite:
+        raise ConfigError(
+            "give resume=True or overwrite=True, not both: resume=True continues the run in "
+            "out, overwrite=True starts it again"
+        )
+    for name, value in (("resume", resume), ("overwrite", overwrite)):
+        if value and out is None:
+            raise ConfigError(f"{name}=True needs out=<run directory> (the run to {name})")
 
 
 def _fit_result(run: FitRun, model: nn.Module, priors: PriorLearner):
@@ -689,5 +860,6 @@ def _fit_result(run: FitRun, model: nn.Module, priors: PriorLearner):
         log_marglik_epochs=list(state.marglik_epochs),
         metrics=list(state.metrics),
         config=run.config,
+        priors_learned=bool(run.config.learn_priors and state.marglik_epochs),
         **run.learned_results(),
     )

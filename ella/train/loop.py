@@ -45,7 +45,7 @@ from ella.distributed import (
 from ella.engine.arithmetic import CompiledOrEager, StepArithmetic
 from ella.engine.evaluation import evaluate_batches
 from ella.engine.graphs import StepGraph, use_cuda_graph
-from ella.engine.schedule import cosine_lr, evidence_due, make_optimizer
+from ella.engine.schedule import cosine_lr, make_optimizer, no_round_note
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
 from ella.io import save_json
 from ella.learner import PriorLearner
@@ -87,9 +87,9 @@ def split_validation(data: ImageData, size: int) -> tuple[ImageData, TensorDatas
 
 def evidence_epochs(config: TrainConfig) -> list[int]:
     """The (1-based) epochs after which the evidence is fitted: ``e >= n_epochs_burnin`` and
-    ``e % marglik_frequency == 0``; none when neither priors nor invariance are learned."""
-    learning = config.learn_priors or config.invariance == InvarianceMethod.LEARNED
-    return [e for e in range(1, config.epochs + 1) if evidence_due(config, e, learning)]
+    ``e % marglik_frequency == 0``; none when neither priors nor invariance are learned
+    (:meth:`~ella.engine.schedule.ScheduleConfig.evidence_epochs`)."""
+    return config.evidence_epochs()
 
 
 @torch.no_grad()
@@ -346,7 +346,10 @@ class Trainer(AlternatingRun):
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
-        """Train to the configured number of epochs and write ``results.json``.
+        """Train to the configured number of epochs and write ``results.json``; a
+        configuration that learns by the evidence but whose epochs end before its first
+        round is said on stderr before training, and in the table
+        (:func:`~ella.engine.schedule.no_round_note`).
 
         Args:
             resume: continue the run in the run directory from its checkpoint; a run
@@ -360,6 +363,9 @@ class Trainer(AlternatingRun):
                 finished = self.finished_results(resume)
                 if finished is not None:  # final: reported as it is, nothing written
                     return {**finished, "table": format_table(finished), "finished": True}
+                note = no_round_note(self.config, flags=True)  # said again in the table
+                if note is not None and self.world.is_main:
+                    tqdm.write(f"warning: {note}", file=sys.stderr)
                 seconds = self.run_epochs(
                     "epochs", resume=resume, overwrite=overwrite, on_epoch_end=self.on_epoch_end
                 )

@@ -1,8 +1,17 @@
+import re
+
 import pytest
 import torch
 from torch import nn
 
-from ella.engine.schedule import FAN_IN_REFERENCE, OptimizerConfig, fan_in, lr_scale, make_optimizer
+from ella.engine.schedule import (
+    FAN_IN_REFERENCE,
+    OptimizerConfig,
+    evidence_due,
+    fan_in,
+    lr_scale,
+    make_optimizer,
+)
 from ella.errors import ConfigError
 from ella.migrations import absent_means
 from ella.train import TrainConfig, Trainer
@@ -247,3 +256,59 @@ def test_stacked_fc_maps_are_scaled_by_each_maps_fan_in():
     channel = min(1.0, FAN_IN_REFERENCE / fc.channel_maps.in_features)
     assert scale_of[id(fc.channel_maps.weight)] == pytest.approx(channel)
     assert scale_of[id(fc.channel_maps.bias)] == 1.0
+
+
+def _fixes(note: str) -> list[dict[str, int]]:
+    """The settings of each way out that a no-round note offers, from its words."""
+    offered = note.split("; give ", 1)[1].split(", or ")
+    return [
+        {name: int(value) for name, value in re.findall(r"(\w+)=(\d+)", fix)}
+        for fix in offered
+        if "learn_priors=False" not in fix
+    ]
+
+
+@pytest.mark.parametrize("burnin", [0, 1, 2, 4, 5, 9])
+@pytest.mark.parametrize("frequency", [1, 2, 3, 5])
+def test_the_no_round_note_says_when_the_schedule_has_no_round_and_what_gives_one(
+    burnin, frequency
+):
+    from ella.engine.schedule import ScheduleConfig, first_evidence_epoch, no_round_note
+
+    schedule = {"n_epochs_burnin": burnin, "marglik_frequency": frequency}
+    first = first_evidence_epoch(burnin, frequency)
+    for epochs in range(1, 12):
+        config = ScheduleConfig(epochs=epochs, **schedule)
+        rounds = config.evidence_epochs()
+        assert rounds == [e for e in range(1, epochs + 1) if evidence_due(config, e)]
+        assert (rounds[:1] == [first]) == (epochs >= first)  # the first round's epoch
+        note = no_round_note(config)
+        assert (note is None) == bool(rounds)
+        assert no_round_note(ScheduleConfig(epochs=epochs, learn_priors=False, **schedule)) is None
+        if note is None:
+            continue
+        assert note.startswith(f"no evidence round: epochs={epochs} ends before the first round")
+        assert (
+            f"after epoch {first} (n_epochs_burnin={burnin}, marglik_frequency={frequency})" in note
+        )
+        assert "prior_precision=0.01" in note and "learn_priors=False" in note
+        # every way out it offers gives a round, the first with the fewest epochs that do
+        for fix in _fixes(note):
+            assert ScheduleConfig(**{"epochs": epochs, **schedule, **fix}).evidence_epochs()
+        assert _fixes(note)[0] == {"epochs": first}
+        flags = no_round_note(config, flags=True)
+        assert f"--epochs {epochs} ends before" in flags and "--no-learn-priors" in flags
+        assert "=" not in flags and f"--epochs {first} or more" in flags
+
+
+def test_learned_invariance_counts_as_learned_by_the_evidence():
+    from ella.engine.schedule import no_round_note
+    from ella.train.loop import evidence_epochs
+
+    config = TrainConfig(invariance="learned", augment="none", learn_priors=False, epochs=3)
+    assert config.learned_by_evidence() == {"eta_init": "the invariance's extents eta"}
+    assert evidence_epochs(config) == config.evidence_epochs() == []
+    note = no_round_note(config, flags=True)
+    assert "the invariance's extents eta keep their initial value (--eta-init 0.1)" in note
+    assert "--no-learn-priors" not in note  # the priors are not what it learns
+    assert evidence_epochs(TrainConfig(invariance="learned", augment="none", epochs=6)) == [4, 6]

@@ -73,3 +73,27 @@ def test_the_table_has_a_residual_column_where_the_layers_have_that_path():
     paper = {**row, "effective": {"fc": 1.0, "conv": 1.0, "gconv": 1.0}}
     del paper["residual"]
     assert "RESIDUAL" not in format_table({"effective_parameters": [paper]})
+
+
+def test_the_table_says_when_no_evidence_round_ran():
+    from ella.learner.report import format_table, no_round_line
+
+    config = {"learn_priors": True, "epochs": 2, "n_epochs_burnin": 4, "marglik_frequency": 2,
+              "prior_precision": 0.01, "invariance": "none", "eta_init": 0.1}  # fmt: skip
+    results = {"effective_parameters": [], "log_marglik_epochs": [], "config": config}
+    line = format_table(results).splitlines()[-1]
+    assert line == no_round_line(results)
+    assert line.startswith(
+        "warning: no evidence round: --epochs 2 ends before the first round, after epoch 4 "
+        "(--n-epochs-burnin 4, --marglik-frequency 2), so the evidence learns nothing: the "
+        "prior precisions keep their initial value (--prior-precision 0.01)"
+    )
+    assert line.endswith("or --no-learn-priors to train a MAP network by intent")
+    assert no_round_line({**results, "log_marglik_epochs": [4]}) is None  # a round ran
+    assert no_round_line({**results, "config": {**config, "learn_priors": False}}) is None
+    assert no_round_line({**results, "config": {}}) is None  # no schedule to word it by
+    assert no_round_line({"effective_parameters": []}) is None  # a learner's report
+    learned_eta = {**config, "learn_priors": False, "invariance": "learned"}
+    assert "extents eta keep their initial value (--eta-init 0.1)" in no_round_line(
+        {**results, "config": learned_eta}
+    )

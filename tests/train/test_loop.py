@@ -48,17 +48,44 @@ def test_evidence_schedule(tmp_path):
     assert not trainer.evidence_due()
 
 
-def test_map_only_never_fits_the_evidence(tmp_path):
+def test_map_only_never_fits_the_evidence(tmp_path, capsys):
     from ella.marglik import class_frequency_model
 
     trainer = Trainer(tiny_config(learn_priors=False, epochs=2), tmp_path)
     results = trainer.run()
     assert results["log_marglik"] == []
+    # MAP by intent: no warning that the evidence learned nothing
+    assert "no evidence round" not in capsys.readouterr().err + results["table"]
     assert results["reported_state"] == "final"
     assert all(v == pytest.approx(0.01) for v in results["prior_precision"].values())
     assert math.isfinite(results["log_marglik_reported_state"])
     null = class_frequency_model(trainer.data.train.tensors[1], 10)["log_evidence"]
     assert results["class_frequency_log_evidence"] == pytest.approx(null)  # of the 48 images
+
+
+def test_a_run_whose_epochs_end_before_the_first_round_says_so_before_and_after(
+    tmp_path, monkeypatch, capsys
+):
+    said = []  # stderr as each epoch begins
+    epoch = Trainer.train_epoch
+
+    def train_epoch(self):
+        said.append(capsys.readouterr().err)
+        return epoch(self)
+
+    monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
+    results = Trainer(tiny_config(epochs=1, n_epochs_burnin=2), tmp_path).run()
+    assert results["log_marglik_epochs"] == [] and len(said) == 1
+    words = (
+        "warning: no evidence round: --epochs 1 ends before the first round, after epoch 2 "
+        "(--n-epochs-burnin 2, --marglik-frequency 1), so the evidence learns nothing"
+    )
+    assert said[0].count(words) == 1  # before the first epoch
+    assert "give --epochs 2 or more, or --n-epochs-burnin 1 (a round after epoch 1)" in said[0]
+    assert all(v == pytest.approx(0.01) for v in results["prior_precision"].values())
+    # the table ella train prints, and ella report again, ends with it
+    assert results["table"].splitlines()[-1].startswith(words)
+    assert "no evidence round" not in capsys.readouterr().err  # said once
 
 
 @pytest.mark.slow
