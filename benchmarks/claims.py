@@ -21,13 +21,17 @@ Each table lies between two marker lines that this script owns (:data:`BEGIN`,
   "not reproduced, noise not measured" against the claim), never "yes" or "no".
 - a tolerance ("within a point") is tested on the mean gap itself, its noise shown beside.
 
-A results file that is missing stops the script, naming the command that writes it.
+A results file that is missing stops the script, naming the command that writes it; so
+does one that is not JSON, or whose fields the tables read are not what they can be
+(numbers finite, accuracies fractions, kept paths registered path kinds): every file is
+read by :func:`read_results`, checked by :mod:`ella.schemas`.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import json
 import math
 import sys
@@ -36,9 +40,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import splice_between, write_between
 from benchmarks.runner import PAPER_SCHEDULE
+from ella.schemas import (
+    FINITE,
+    PATH,
+    ListOf,
+    MapOf,
+    Maybe,
+    Record,
+    at_least,
+    between,
+    mismatch,
+    one_of,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = Path("README.md")
@@ -237,21 +254,145 @@ def summarise(verdicts: dict[str, str], every: str, on: str = "on") -> str:
 # ---------------------------------------------------------------- results
 
 
+def read_results(
+    root: Path, name: str, command: str, schema: Any = None, lines: bool = False
+) -> Any:
+    """The JSON of the results file ``name`` under ``root`` (``lines``: JSON lines, a list
+    of their values), refused where it cannot be read as JSON or where ``schema`` (of
+    :mod:`ella.schemas`: the fields the tables read; a function of each value for a file
+    of several kinds) does not hold. A refusal is a SystemExit naming the file, the field
+    and ``command``, which writes it again."""
+    try:
+        text = (root / name).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise _refusal(name, f"cannot be read ({err})", command) from None
+    payload = []
+    for number, line in enumerate(text.splitlines() if lines else [text], start=1):
+        try:
+            if line.strip() or not lines:
+                payload.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            where = f"line {number}, column {err.colno}: {err.msg}" if lines else str(err)
+            raise _refusal(name, f"cannot be read as JSON ({where})", command) from None
+    payload = payload if lines else payload[0]
+    return payload if schema is None else check_results(payload, name, command, schema, lines)
+
+
+def check_results(payload: Any, name: str, command: str, schema: Any, lines: bool = False) -> Any:
+    """``payload`` (read from the results file ``name``) if ``schema`` holds
+    (:func:`read_results`), else a SystemExit naming the file, the field and ``command``."""
+    for number, value in enumerate(payload if lines else [payload], start=1):
+        spec = schema(value) if inspect.isfunction(schema) else schema
+        found = mismatch(value, spec, f"line {number}" if lines else "")
+        if found:
+            raise _refusal(name, f"is not as its script writes it: {found}", command)
+    return payload
+
+
+def _refusal(name: str, problem: str, command: str) -> SystemExit:
+    """The refusal of the results file ``name``: ``problem``, and what writes it again."""
+    return SystemExit(
+        f"{name} {problem}; restore it (git checkout -- {name}) or write it again with {command}"
+    )
+
+
+_FRACTION, _COUNT, _POSITIVE, _SE = between(0, 1), at_least(0), at_least(1), between(0, None)
+#: an accuracy on ``test_size`` images (:func:`accuracy_gaps`)
+_ACCURACY = {"test_accuracy": _FRACTION, "test_size": _POSITIVE}
+_T = {"t": FINITE, "mean": FINITE, "se": _SE, "seeds": list}  # a contrast of record 0044
+
+
+def _rows(required: dict, optional: dict | None = None, **fields: Any) -> Record:
+    """A results file whose ``rows`` hold the ``required`` and ``optional`` fields, and
+    its other ``fields``."""
+    return Record({"rows": ListOf(Record(required, optional or {})), **fields})
+
+
+#: what the tables read of each benchmark's results (besides its profile and seed)
+SCHEMAS = {
+    "table1": _rows({"task": str, "model": str, **_ACCURACY, "paper_test_accuracy": _FRACTION,
+                     "epochs": _POSITIVE}),
+    "table3": _rows({"dataset": str, "model": str, **_ACCURACY, "shares": MapOf(FINITE),
+                     "relative_shares": MapOf(FINITE)},
+                    {"paper_shares": MapOf(FINITE), "source": str}),
+    "invariance": _rows({"dataset": str, "method": str, **_ACCURACY, "eta": MapOf(FINITE)}),
+    "osp": _rows(
+        {"model": str, "group": str, "osp": FINITE, "osp_std": _SE},
+        {"averaged_over_models": _POSITIVE},
+        settings=Record({"ood_size": _POSITIVE, "width": _POSITIVE}),
+        members_sweep=ListOf(Record({"group": str, "osp": FINITE, "osp_std": _SE,
+                                     "members": _POSITIVE, "width": _POSITIVE})),
+    ),
+    "fordes": _rows({"dataset": str, "method": str, "accuracy": _FRACTION,
+                     "corrupted_accuracy": _FRACTION, "test_size": _POSITIVE}),
+}  # fmt: skip
+#: a line of a metrics file of Table 3's paper profile
+_EPOCH = Record({"test_accuracy": _FRACTION})
+#: a greedy selection's results (experiments.path_select)
+_SELECTIONS = _rows(
+    {"seed": int, "kept": ListOf(PATH), "selected": Record({"log_evidence": FINITE}),
+     "null": Record({"log_evidence": FINITE})},
+    {"dataset": str, "task": str},
+)  # fmt: skip
+#: the record 0043's results (experiments.reliability)
+_RELIABILITY = _rows(
+    {"part": str, "dataset": str, "seed": int, "train_size": _POSITIVE},
+    {"winner": PATH, "kept": ListOf(PATH), "first_round_kept": ListOf(PATH)},
+    verdicts=MapOf(Record({"part": str, "train_size": _POSITIVE, "key": str,
+                           "follows": MapOf(bool), "answer": str})),
+)  # fmt: skip
+#: a line of record 0039's results (experiments.miniature): a check's, else any
+_MINIATURE_CHECK = Record({
+    "kind": str, "seed": int, "dataset": str, "paths": ListOf(PATH),
+    "budget": Record({"train_size": _POSITIVE}),
+    "readings": Record({r: Record({"at_optimum": Record({"log_evidence": FINITE})})
+                        for r in ("kfac", "full")}),
+})  # fmt: skip
+_MINIATURE_LINE = Record({"kind": str})
+#: record 0044's results (experiments.criteria)
+_CRITERIA = Record(
+    {"analysis": MapOf(MapOf(Record({**_T, "share_of_validation_t": FINITE,
+                                     "both_ways": _COUNT}))),
+     "noise": Record({"1000": Record({"seed_sd": Record({"total": FINITE}),
+                                      "refit_sd": Record({"log_evidence": FINITE})})})},
+    {"drop_analysis": MapOf(Record(_T)),
+     "drop_rows": ListOf(Record({"dataset": str, "seed": int}))},
+)  # fmt: skip
+#: the main job's results (benchmarks.main_job); its rounds' winners are checked apart
+_STEP = Record({"unit": PATH, "action": one_of("drop", "keep"), "mean": FINITE,
+                "se": Maybe(FINITE), "agree": _COUNT, "seeds": _POSITIVE,
+                "decided": bool})  # fmt: skip
+_MAIN_JOB = Record({
+    "run": Record({"seed": int}),
+    "selection": Record(
+        {"epochs": _POSITIVE, "kept": ListOf(PATH), "networks": _COUNT,
+         "rounds": ListOf(Record({
+             "kept": ListOf(PATH), "winner": Maybe(str),
+             "rows": ListOf(Record({"dropped": str, "test_accuracy": _FRACTION,
+                                    "log_evidence": FINITE}, {"kept": ListOf(PATH)})),
+         }))},
+        {"seeds": _POSITIVE, "decision": Maybe(Record({"steps": ListOf(_STEP), "decided": bool}))},
+    ),
+})  # fmt: skip
+
+
 def load(benchmark: str, profile: str, seed: int, root: Path = ROOT) -> dict:
-    """The results of one run, refusing a missing file (naming the command that writes it)
-    and a file of another profile or seed."""
+    """The results of one run, refusing a missing file (naming the command that writes it),
+    a file of another profile or seed, and one that cannot be read or whose fields are
+    not what they can be (:func:`read_results`, :data:`SCHEMAS`)."""
     source = SOURCES[benchmark, profile, seed]
     path = root / source.path
     if not path.is_file():
         raise FileNotFoundError(f"{source.path} is missing; `{source.command}` writes it")
-    payload = json.loads(path.read_text())
-    if (payload.get("profile"), payload.get("seed")) != (profile, seed):
+    payload = read_results(root, source.path, source.command)
+    held = (payload.get("profile"), payload.get("seed")) if isinstance(payload, dict) else None
+    if held is not None and held != (profile, seed):
         raise ValueError(
             f"{source.path} holds profile {payload.get('profile')!r} seed "
             f"{payload.get('seed')!r}, not {profile!r} seed {seed}; `{source.command}` "
             "writes the file the tables read"
         )
-    return payload
+    return check_results(payload, source.path, source.command, SCHEMAS[benchmark])
 
 
 def load_metrics(rate: str, root: Path = ROOT) -> list[dict]:
@@ -259,7 +400,7 @@ def load_metrics(rate: str, root: Path = ROOT) -> list[dict]:
     path = root / source.path
     if not path.is_file():
         raise FileNotFoundError(f"{source.path} is missing; `{source.command}` writes it")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_results(root, source.path, source.command, _EPOCH, lines=True)
 
 
 def row(payload: dict, **match) -> dict:
@@ -608,6 +749,16 @@ SELECT_1000 = ("experiments/results/path_select.json",
 SELECT_TABLE1 = "experiments/results/path_select_table1/path_select_table1.json"
 MINIATURE = "experiments/results/miniature.jsonl"
 RELIABILITY = "experiments/results/reliability.json"
+_SELECT = "python -m experiments.path_select --profile cpu --work-dir DIR --select-epochs 20"
+#: what writes each of the experiments' files the guide's tables read
+WRITERS = {
+    SELECT_1000[0]: f"{_SELECT} --seeds 0 --datasets rotated_mnist mnist translated_mnist "
+    "cifar10 rotated_cifar10",
+    SELECT_1000[1]: f"{_SELECT} --seeds 1 --datasets rotated_mnist mnist translated_mnist",
+    SELECT_TABLE1: f"{_SELECT} --table 1 --seeds 0 1 --datasets digit quadrant",
+    MINIATURE: "the commands of record 0039 (docs/research/0039-the-paper-regime-in-miniature.md)",
+    RELIABILITY: "python -m experiments.reliability",
+}
 
 
 def follows_rotation(upright: Iterable[str], rotated: Iterable[str]) -> bool:
@@ -649,7 +800,7 @@ def _record(number: str, slug: str) -> str:
 
 
 def _selection_rows(root: Path, path: str) -> dict[tuple[str, int], dict]:
-    rows = json.loads((root / path).read_text())["rows"]
+    rows = read_results(root, path, WRITERS[path], _SELECTIONS)["rows"]
     return {(r.get("dataset") or r["task"], r["seed"]): r for r in rows}
 
 
@@ -670,7 +821,7 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
     not measured at two seeds is refused (``python -m experiments.reliability`` resumes)."""
     if not (root / RELIABILITY).is_file():
         raise SystemExit(f"{RELIABILITY} is missing: it is committed with its record")
-    payload = json.loads((root / RELIABILITY).read_text())
+    payload = read_results(root, RELIABILITY, WRITERS[RELIABILITY], _RELIABILITY)
     rows = payload["rows"]
 
     def measured(part, size, question, images, records):
@@ -705,6 +856,13 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
     return measured
 
 
+def _miniature_line(line: Any) -> Record:
+    """What the guide's table reads of a line of the miniature's results: a check's
+    readings, and the kind of any other line."""
+    is_check = isinstance(line, dict) and line.get("kind") == "check"
+    return _MINIATURE_CHECK if is_check else _MINIATURE_LINE
+
+
 def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     """The guide's reliability table: every row read from a results file by one rule
     (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`)."""
@@ -722,7 +880,7 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         measured("corners", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0016})"),
     ]  # fmt: skip
     # the miniature: single-path networks after 300 epochs, by KFAC and by the full GGN
-    checks = [json.loads(line) for line in (root / MINIATURE).read_text().splitlines()]
+    checks = read_results(root, MINIATURE, WRITERS[MINIATURE], _miniature_line, lines=True)
     checks = [c for c in checks if c["kind"] == "check" and c["budget"]["train_size"] == 2000]
     answers = []
     for reading in ("kfac", "full"):
@@ -826,7 +984,7 @@ def _criteria(root: Path) -> dict:
     path = root / CRITERIA_RESULTS
     if not path.is_file():
         raise SystemExit(f"{CRITERIA_RESULTS} is missing: it is committed with record 0044")
-    return json.loads(path.read_text())
+    return read_results(root, CRITERIA_RESULTS, "python -m experiments.criteria", _CRITERIA)
 
 
 def _t(found: dict | None) -> str:
@@ -940,6 +1098,27 @@ MAIN_BEGIN = "<!-- main-job:begin (written by python -m benchmarks.claims; do no
 MAIN_END = "<!-- main-job:end -->"
 
 
+def _rounds_problem(rounds: list[dict]) -> str | None:
+    """Where the main job's rounds drop a path their round does not keep, or name a winner
+    that is none of their rows (the last one must have one); None where nothing is."""
+    if not rounds:
+        return "selection.rounds is empty"
+    for i, this in enumerate(rounds):
+        dropped = [r["dropped"] for r in this["rows"]]
+        for j, name in enumerate(dropped):
+            if name != "none" and name not in this["kept"]:
+                return (
+                    f"selection.rounds[{i}].rows[{j}].dropped is {name!r}, neither 'none' nor "
+                    f"one of the round's kept paths ({', '.join(this['kept'])})"
+                )
+        if this["winner"] not in dropped and (this["winner"] is not None or i == len(rounds) - 1):
+            return (
+                f"selection.rounds[{i}].winner is {this['winner']!r}, none of its rows' "
+                f"({', '.join(dropped) or 'no rows'})"
+            )
+    return None
+
+
 def main_job_line(root: Path = ROOT) -> str:
     """The README's sentence on the main job's selection, from ``results/main_job.json``
     (``python -m benchmarks.main_job``): the answer, each step with its spread over the seeds
@@ -950,8 +1129,13 @@ def main_job_line(root: Path = ROOT) -> str:
         raise SystemExit(f"{MAIN_JOB} is missing: python -m benchmarks.main_job writes it")
     from ella.selection import MORE_SEEDS, drop_gains, replicate_seeds
 
-    payload = json.loads(path.read_text())
+    payload = read_results(root, MAIN_JOB, "python -m benchmarks.main_job", _MAIN_JOB)
     sel = payload["selection"]
+    problem = _rounds_problem(sel["rounds"])
+    if problem is not None:
+        raise _refusal(
+            MAIN_JOB, f"is not as its script writes it: {problem}", "python -m benchmarks.main_job"
+        )
     sure, k = sel.get("decision"), sel.get("seeds", 1)
 
     def spread(step: dict) -> str:

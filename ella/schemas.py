@@ -5,9 +5,15 @@ the key that is wrong and what to do, never read into a wrong answer or a raw
 ``TypeError`` further on. A schema describes JSON (or the plain values of a checkpoint)
 with a few constructors: a Python type (``str``, ``int``, ``bool``, :data:`NUMBER`),
 :class:`ListOf`, :class:`MapOf`, :class:`Record` (required and optional keys; other keys
-are allowed, so that a later version's additions can be read) and :class:`Maybe`.
-:func:`check` walks a value against one and raises
-:class:`~ella.errors.CheckpointError` at the first mismatch.
+are allowed, so that a later version's additions can be read) and :class:`Maybe`. A
+:class:`Domain` states what a value of a type can be: :data:`FINITE` (a finite number,
+where the writer never writes anything else or the reader cannot read null),
+:func:`at_least` and :func:`between` (counts, fractions), :func:`one_of`, :data:`PATH` (a
+registered path kind, :data:`ella.nn.PATH_KINDS`) and :data:`UNIT` (a path kind or a
+layer's path, ``"layer3.conv"``: what a selection drops). :func:`check` walks a value
+against one and raises :class:`~ella.errors.CheckpointError` at the first mismatch; what
+one file's fields must say of each other (a selection's kept paths among its own paths)
+is checked by its reader (:mod:`ella.selection.record`).
 
 The configuration (``config.json`` and a checkpoint's copy) is checked by the
 configuration classes themselves (:meth:`ella.options.Config.from_dict`: every option's
@@ -17,6 +23,8 @@ type and range, and the keys every version wrote).
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +35,28 @@ from ella.errors import CheckpointError
 
 __all__ = [
     "EXPORTED_FILE",
+    "FINITE",
     "FIT_RESULTS_FILE",
+    "PATH",
     "PATH_DROPS_FILE",
     "RESULTS_FILE",
     "SELECTION_FILE",
     "SELECTION_STATE_FILE",
+    "UNIT",
+    "Domain",
     "ListOf",
     "MapOf",
     "Maybe",
     "NUMBER",
     "Record",
     "TENSOR",
+    "at_least",
+    "between",
     "check",
+    "is_unit",
     "mismatch",
+    "one_of",
+    "path_kinds",
     "results_schema",
 ]
 
@@ -93,11 +110,95 @@ class Record:
     optional: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """A value of ``base`` (a schema: ``str``, ``int``, :data:`NUMBER`) for which
+    ``test(value)`` holds; ``words`` say which (a callable: worded when a value fails, for a
+    registry that grows). A list of them is described by its ``base``; a value outside
+    the domain by ``words``."""
+
+    base: Any
+    test: Callable[[Any], bool]
+    words: str | Callable[[], str]
+
+    def describe(self) -> str:
+        """The words of the domain."""
+        return self.words() if callable(self.words) else self.words
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+#: a finite number (an int or a float, never a bool, null, NaN or an infinity)
+FINITE = Domain(NUMBER, _finite, "a finite number")
+
+
+def _bounds(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f"from {low:g} to {high:g}"
+    return f"of at least {low:g}" if low is not None else f"of at most {high:g}"
+
+
+def between(low: float | None, high: float | None, integer: bool = False) -> Domain:
+    """A finite number (``integer``: an integer) from ``low`` to ``high`` (None: unbounded)."""
+    base, what = (int, "an integer") if integer else (NUMBER, "a finite number")
+
+    def test(value: Any) -> bool:
+        ok = integer or _finite(value)
+        return ok and (low is None or value >= low) and (high is None or value <= high)
+
+    return Domain(base, test, f"{what} {_bounds(low, high)}")
+
+
+def at_least(low: float, integer: bool = True) -> Domain:
+    """An integer (not ``integer``: a finite number) of at least ``low``: a count."""
+    return between(low, None, integer)
+
+
+def one_of(*values: str) -> Domain:
+    """One of the strings ``values``."""
+    return Domain(str, lambda value: value in values, "one of " + ", ".join(map(repr, values)))
+
+
+def path_kinds() -> tuple[str, ...]:
+    """The registered path kinds (:data:`ella.nn.PATH_KINDS`, read when asked: a kind
+    registered later counts)."""
+    from ella.nn.kinds import PATH_KINDS
+
+    return tuple(PATH_KINDS)
+
+
+def is_unit(name: str, per_layer: bool | None = None) -> bool:
+    """Whether ``name`` is what a selection drops: a path kind (``"conv"``) or, per layer,
+    a layer's path (``"layer3.conv"``: a layer's name, a dot, a path kind); ``per_layer``
+    (None: either) says which."""
+    if per_layer is None:
+        return is_unit(name, False) or is_unit(name, True)
+    if not per_layer:
+        return name in path_kinds()
+    layer, _, path = name.rpartition(".")
+    return bool(layer) and path in path_kinds()
+
+
+#: a registered path kind (``"conv"``)
+PATH = Domain(str, lambda value: value in path_kinds(),
+              lambda: f"a path name (one of {', '.join(path_kinds())})")  # fmt: skip
+#: what a selection drops: a path kind, or a layer's path (``"layer3.conv"``)
+UNIT = Domain(
+    str, is_unit,
+    lambda: f"a path name (one of {', '.join(path_kinds())}) or a layer's path (layer3.conv)",
+)  # fmt: skip
+
 _NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object"}
 
 
 def _describe(spec: Any) -> str:
+    if isinstance(spec, Domain):
+        return spec.describe()
     if isinstance(spec, ListOf):
+        if isinstance(spec.item, Domain):  # "a list of strings", its items' domain when wrong
+            return _describe(ListOf(spec.item.base))
         return f"a list of {_describe(spec.item).removeprefix('a ').removeprefix('an ')}s"
     if isinstance(spec, (MapOf, Record)):
         return "an object"
@@ -133,6 +234,8 @@ def mismatch(value: Any, spec: Any, where: str = "") -> str | None:
         found = None if value is None else mismatch(value, spec.spec, where)
         inner = f"{where or 'the whole file'} should be {_describe(spec.spec)},"
         return wrong() if found is not None and found.startswith(inner) else found
+    if isinstance(spec, Domain):
+        return None if mismatch(value, spec.base) is None and spec.test(value) else wrong()
     if spec is NUMBER:
         ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         return None if ok else wrong()
@@ -183,99 +286,131 @@ def check(value: Any, spec: Any, path: Path, fix: str) -> Any:
     return value
 
 
-#: one seed's training of a replicated candidate (``ella select --seeds``)
-_REPLICATE = Record({"seed": int, "log_evidence": NUMBER})
+#: counts: an epoch, a number of seeds, of parameters, of images
+_COUNT, _POSITIVE = at_least(0), at_least(1)
+#: an accuracy, as a fraction
+_FRACTION = between(0, 1)
+#: a negative log likelihood per example (of classes), seconds
+_NON_NEGATIVE = between(0, None)
+#: one seed's training of a replicated candidate (``ella select --seeds``); a criterion
+#: other than the evidence adds its key (checked by :mod:`ella.selection.record`)
+_REPLICATE = Record(
+    {"seed": int, "log_evidence": FINITE},
+    {"log_likelihood": FINITE, "test_accuracy": _FRACTION},
+)
 #: a candidate network of ``ella select --drop-only``: trained on alike, then scored
 _DROP_ROW = Record(
-    {"dropped": str, "test_accuracy": NUMBER, "log_evidence": NUMBER},
+    {"dropped": str, "test_accuracy": _FRACTION, "log_evidence": FINITE},
     {
-        "kept": ListOf(str),
-        "log_likelihood": NUMBER,
-        "shares": MapOf(NUMBER),
-        "test_nll": NUMBER,
+        "kept": ListOf(PATH),
+        "log_likelihood": FINITE,
+        "shares": MapOf(FINITE),
+        "test_nll": _NON_NEGATIVE,
+        "seconds": _NON_NEGATIVE,
         "replicates": ListOf(_REPLICATE),
     },
 )
 #: a candidate of a selection round, whose fit and kept paths the selection reads as well
 _ROW = Record(
-    {**_DROP_ROW.required, "kept": ListOf(str), "log_likelihood": NUMBER, "shares": MapOf(NUMBER)},
-    {"test_nll": NUMBER, "replicates": ListOf(_REPLICATE)},
+    {
+        **_DROP_ROW.required,
+        "kept": ListOf(UNIT),
+        "log_likelihood": FINITE,
+        "shares": MapOf(FINITE),
+    },
+    {"test_nll": _NON_NEGATIVE, "seconds": _NON_NEGATIVE, "replicates": ListOf(_REPLICATE)},
 )
-_NULL = Record({"log_likelihood": NUMBER, "log_evidence": NUMBER})
-#: ``path_selection.json`` and ``path_selection_per_layer.json``
+_NULL = Record({"log_likelihood": FINITE, "log_evidence": FINITE})
+#: ``path_selection.json`` and ``path_selection_per_layer.json``; the names in ``kept``,
+#: ``dropped`` and ``winner`` are among the record's own ``paths`` (its reader checks)
 SELECTION_FILE = Record(
     {
-        "epochs": int,
-        "paths": ListOf(str),
-        "kept": ListOf(str),
+        "epochs": _POSITIVE,
+        "paths": ListOf(UNIT),
+        "kept": ListOf(UNIT),
         "finished": bool,
-        "rounds": ListOf(Record({"kept": ListOf(str), "rows": ListOf(_ROW), "winner": Maybe(str)})),
+        "rounds": ListOf(
+            Record({"kept": ListOf(UNIT), "rows": ListOf(_ROW), "winner": Maybe(str)})
+        ),
     },
-    {"null": _NULL, "per_layer": bool, "criterion": str, "seeds": int},
+    {"null": _NULL, "per_layer": bool, "criterion": str, "seeds": _POSITIVE},
 )
 #: ``path_drops.json``
 PATH_DROPS_FILE = Record(
-    {"epochs": int, "rows": ListOf(_DROP_ROW)}, {"criterion": str, "seeds": int}
+    {"epochs": _POSITIVE, "rows": ListOf(_DROP_ROW)}, {"criterion": str, "seeds": _POSITIVE}
 )
 #: the selected network (``path_selection.pt``) or a round's best candidate
 SELECTION_STATE_FILE = Record(
-    {"model": MapOf(TENSOR), "log_prior": TENSOR, "kept": ListOf(str)}, {"dropped": str}
+    {"model": MapOf(TENSOR), "log_prior": TENSOR, "kept": ListOf(UNIT)}, {"dropped": str}
 )
 #: ``exported.pt`` (``ella export``)
 EXPORTED_FILE = Record(
-    {"dropped": MapOf(ListOf(str)), "threshold": NUMBER, "model": MapOf(TENSOR)},
+    {"dropped": MapOf(ListOf(PATH)), "threshold": between(0, 1), "model": MapOf(TENSOR)},
 )
-#: a row of a results file's per-layer table (:func:`ella.learner.report.format_table`)
+#: a row of a results file's per-layer table (:func:`ella.learner.report.format_table`,
+#: which formats every number of it)
 _LAYER_ROW = Record(
     {
         "layer": str,
-        "effective": MapOf(NUMBER),
-        "parameters": MapOf(int),
-        "prior_variance": MapOf(NUMBER),
+        "effective": MapOf(_NON_NEGATIVE),
+        "parameters": MapOf(_COUNT),
+        "prior_variance": MapOf(_NON_NEGATIVE),
     },
     {
-        "relative": MapOf(NUMBER),
-        "total_effective": NUMBER,
-        **{path.value: NUMBER for path in PathName},  # each path's share, in %
+        "relative": MapOf(FINITE),
+        "total_effective": _NON_NEGATIVE,
+        **{path.value: FINITE for path in PathName},  # each path's share, in %
     },
 )
-#: what ``ella.fit`` and ``ella train`` both write into ``results.json``
+#: what ``ella.fit`` and ``ella train`` both write into ``results.json``; the prior
+#: precisions may hold null (a precision past float's range), which nothing formats
 _LEARNED = {
     "prior_precision": MapOf(NUMBER),
-    "prior_variance": MapOf(NUMBER),
+    "prior_variance": MapOf(_NON_NEGATIVE),
     "effective_parameters": ListOf(_LAYER_ROW),
     "effective_parameters_other": list,
     "log_marglik": ListOf(NUMBER),
-    "log_marglik_epochs": ListOf(int),
+    "log_marglik_epochs": ListOf(_POSITIVE),
 }
 #: keys written by later versions, read where present
 _LATER = {
-    "prior_convergence": Maybe(Record({"rounds": int})),
-    "shares_history": ListOf(MapOf(NUMBER)),
+    "prior_convergence": Maybe(
+        Record(
+            {"rounds": _COUNT},
+            {
+                "last_change": NUMBER,  # null before a second round
+                "converged": bool,
+                "tolerance": FINITE,
+                "group": Maybe(str),
+                "rising": Maybe(bool),
+            },
+        )
+    ),
+    "shares_history": ListOf(MapOf(FINITE)),
     "training_collapse": Maybe(dict),
     "class_frequency_log_evidence": NUMBER,
-    "eta": MapOf(NUMBER),
+    "eta": MapOf(FINITE),
     "eta_history": ListOf(MapOf(NUMBER)),
     "invariance": str,
-    "validation_size": int,
-    "processes": int,
+    "validation_size": _COUNT,
+    "processes": _POSITIVE,
 }
 #: ``results.json`` of ``ella train``: every version wrote the required keys
 RESULTS_FILE = Record(
     {
         **_LEARNED,
-        "test_accuracy": NUMBER,
-        "test_nll": NUMBER,
-        "reported_state": str,
-        "reported_epoch": int,
-        "final_test_accuracy": NUMBER,
-        "final_test_nll": NUMBER,
-        "log_marglik_reported_state": NUMBER,
-        "parameters": int,
-        "train_size": int,
-        "test_size": int,
-        "epochs": int,
-        "train_time_s": NUMBER,
+        "test_accuracy": _FRACTION,
+        "test_nll": _NON_NEGATIVE,
+        "reported_state": one_of("final", "best_evidence"),
+        "reported_epoch": _COUNT,
+        "final_test_accuracy": _FRACTION,
+        "final_test_nll": _NON_NEGATIVE,
+        "log_marglik_reported_state": FINITE,
+        "parameters": _COUNT,
+        "train_size": _POSITIVE,
+        "test_size": _POSITIVE,
+        "epochs": _COUNT,
+        "train_time_s": _NON_NEGATIVE,
         "config": Record({"dataset": str}, {"learn_priors": bool, "model": str}),
     },
     _LATER,

@@ -24,16 +24,22 @@ from ella.cli import main
 from ella.errors import CheckpointError, EllaError
 from ella.export import load_exported
 from ella.schemas import (
+    FINITE,
     NUMBER,
+    PATH,
     PATH_DROPS_FILE,
     RESULTS_FILE,
     SELECTION_FILE,
+    UNIT,
     ListOf,
     MapOf,
     Maybe,
     Record,
+    at_least,
+    between,
     check,
     mismatch,
+    one_of,
 )
 
 # ---------------------------------------------------------------- the schema language
@@ -314,3 +320,227 @@ def test_a_corrupted_export_is_loaded_alike_or_refused_by_name(selected_run, tmp
             assert torch.equal(loaded(x), expected), what
 
     read()
+
+
+# ---------------------------------------------------------------- values outside their domain
+
+
+def test_a_domain_names_what_a_value_can_be():
+    spec = Record(
+        {"n": at_least(0), "acc": between(0, 1), "x": ListOf(FINITE), "kept": ListOf(PATH)},
+        {"state": one_of("final", "best_evidence"), "units": ListOf(UNIT)},
+    )
+    good = {"n": 0, "acc": 1, "x": [-1.5, 2], "kept": ["fc", "gconv"], "units": ["layer3.conv"]}
+    assert mismatch(good, spec) is None
+    kinds = "one of fc, conv, gconv, residual"
+    cases = [
+        ({**good, "n": -1}, "n should be an integer of at least 0, found the number -1"),
+        ({**good, "acc": 1.5}, "acc should be a finite number from 0 to 1, found the number 1.5"),
+        ({**good, "x": [1, None]}, "x[1] should be a finite number, found null"),
+        ({**good, "x": [float("nan")]}, "x[0] should be a finite number, found the number nan"),
+        ({**good, "x": ["NaN"]}, "x[0] should be a finite number, found the string 'NaN'"),
+        ({**good, "x": [{"a": 1}]}, "x[0] should be a finite number, found an object"),
+        ({**good, "kept": "abc"}, "kept should be a list of strings, found the string 'abc'"),
+        ({**good, "kept": ["fc", "nonsense"]},
+         f"kept[1] should be a path name ({kinds}), found the string 'nonsense'"),
+        ({**good, "state": "best"},
+         "state should be one of 'final', 'best_evidence', found the string 'best'"),
+        ({**good, "units": ["layer3.nonsense"]},
+         f"units[0] should be a path name ({kinds}) or a layer's path (layer3.conv), found the "
+         "string 'layer3.nonsense'"),
+    ]  # fmt: skip
+    for value, expected in cases:
+        assert mismatch(value, spec) == expected
+
+
+#: the fix of a selection record that cannot be read
+SELECTION_FIX = "add --overwrite to ella select to start the selection again without it"
+
+
+def _finished_selection() -> dict:
+    """A finished whole-path selection of CONV+GCONV: round 1 drops CONV, round 2 keeps GCONV."""
+
+    def row(dropped, kept, evidence):
+        return {"dropped": dropped, "kept": kept, "test_accuracy": 0.5, "test_nll": 1.0,
+                "log_evidence": evidence, "log_likelihood": -5.0,
+                "shares": {p: 100.0 / len(kept) for p in kept}}  # fmt: skip
+
+    return {
+        "epochs": 2, "paths": ["conv", "gconv"], "kept": ["gconv"], "finished": True,
+        "rounds": [
+            {"kept": ["conv", "gconv"], "winner": "conv",
+             "rows": [row("none", ["conv", "gconv"], -10.0), row("conv", ["gconv"], -8.0),
+                      row("gconv", ["conv"], -12.0)]},
+            {"kept": ["gconv"], "winner": "none", "rows": [row("none", ["gconv"], -8.0)]},
+        ],
+        "null": {"log_likelihood": -20.0, "log_evidence": -21.0},
+    }  # fmt: skip
+
+
+def _refused_record(path: Path, record: dict, read, *needles: str) -> None:
+    """``record`` written to ``path`` is refused by ``read(path)`` with every needle, and the
+    file is left as it was."""
+    path.write_text(json.dumps(record))
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError) as refusal:
+        read(path)
+    for needle in (str(path), "is not as ella writes it", *needles):
+        assert needle in str(refusal.value), str(refusal.value)
+    assert path.read_bytes() == before
+
+
+def test_a_selection_record_names_only_its_own_paths(tmp_path):
+    from ella.selection import read_selection
+
+    path = tmp_path / "path_selection.json"
+    path.write_text(json.dumps(_finished_selection()))
+    assert read_selection(path)["kept"] == ["gconv"]
+
+    def changed(change) -> dict:
+        record = _finished_selection()
+        change(record)
+        return record
+
+    rows = lambda r: r["rounds"][0]["rows"]  # noqa: E731
+    cases = [
+        (lambda r: r.update(kept=["fc", "nonsense"]),
+         "kept[1] should be a path name", "found the string 'nonsense'"),
+        (lambda r: r.update(kept=["fc"]), "kept[0] is 'fc', none of the record's paths"),
+        (lambda r: r.update(kept=["conv"]), "kept is [conv], not what its rounds kept ([gconv])"),
+        (lambda r: r.update(kept=["gconv", "gconv"]), "kept names 'gconv' twice"),
+        (lambda r: r.update(paths=["layer1.conv", "layer1.gconv"]),
+         "paths[0] is 'layer1.conv', not a path name as a whole-path selection names them"),
+        (lambda r: r["rounds"][1].update(kept=["conv"]),
+         "rounds[1].kept is [conv], not what the rounds before it kept ([gconv])"),
+        (lambda r: rows(r)[2].update(dropped="fc"),
+         "rounds[0].rows[2].dropped is 'fc', neither 'none' nor one of the round's kept paths"),
+        (lambda r: rows(r)[1].update(kept=["conv"]),
+         "rounds[0].rows[1].kept is [conv], not the round's kept paths without 'conv'"),
+        (lambda r: rows(r)[1].update(log_evidence=None),
+         "rounds[0].rows[1].log_evidence should be a finite number, found null"),
+        (lambda r: rows(r)[1].update(test_accuracy=50.0),
+         "rounds[0].rows[1].test_accuracy should be a finite number from 0 to 1"),
+        (lambda r: rows(r)[1]["shares"].update(gconv="NaN"),
+         "rounds[0].rows[1].shares.gconv should be a finite number, found the string 'NaN'"),
+        (lambda r: r["null"].update(log_evidence={"a": 1}),
+         "null.log_evidence should be a finite number, found an object"),
+        (lambda r: r.update(epochs=0), "epochs should be an integer of at least 1"),
+        (lambda r: r["rounds"][1].update(winner=None),
+         "it is finished but its last round (round 2) has no winner"),
+        (lambda r: r.update(criterion="validation"),
+         "rounds[0].rows[0].validation_log_likelihood is missing"),
+    ]  # fmt: skip
+    for change, *needles in cases:
+        _refused_record(path, changed(change), read_selection, *needles, SELECTION_FIX)
+
+
+def test_a_per_layer_record_names_layers_paths(tmp_path):
+    from ella.selection import read_selection
+
+    record = {
+        "epochs": 2, "paths": ["layer1.conv", "layer1.gconv"],
+        "kept": ["layer1.conv", "layer1.gconv"], "finished": False, "per_layer": True, "rounds": [],
+    }  # fmt: skip
+    path = tmp_path / "path_selection_per_layer.json"
+    path.write_text(json.dumps(record))
+    assert read_selection(path)["paths"] == record["paths"]
+    _refused_record(
+        path, {**record, "paths": ["conv", "gconv"], "kept": ["conv", "gconv"]}, read_selection,
+        "paths[0] is 'conv', not a layer's path (layer3.conv) as a per-layer selection names them",
+    )  # fmt: skip
+    _refused_record(
+        path, {**record, "kept": ["layer2.conv"]}, read_selection,
+        "kept[0] is 'layer2.conv', none of the record's paths (layer1.conv, layer1.gconv)",
+    )  # fmt: skip
+
+
+def test_drops_name_only_the_controls_paths(tmp_path):
+    from ella.selection import read_drops
+
+    first = _finished_selection()["rounds"][0]["rows"]
+    path = tmp_path / "path_drops.json"
+    path.write_text(json.dumps({"epochs": 2, "rows": first}))
+    assert [r["dropped"] for r in read_drops(path)["rows"]] == ["none", "conv", "gconv"]
+    fix = "add --overwrite to ella select --drop-only to train them again"
+    cases = [
+        ({"dropped": "fc"}, "rows[2].dropped is 'fc', none of the control's kept paths"),
+        ({"dropped": "nonsense"}, "rows[2].dropped is 'nonsense', not a path name"),
+        ({"dropped": "conv"}, "rows[2].dropped is 'conv', which rows[1] drops"),
+        ({"kept": ["conv", "gconv"]}, "rows[2].kept is [conv, gconv], not the control's without"),
+        ({"log_evidence": None}, "rows[2].log_evidence should be a finite number, found null"),
+    ]
+    for change, needle in cases:
+        rows = [*first[:2], {**first[2], **change}]
+        _refused_record(path, {"epochs": 2, "rows": rows}, read_drops, needle, fix)
+
+
+def test_select_refuses_a_record_it_cannot_read_before_any_work(tmp_path, monkeypatch):
+    """A round's row with log evidence null: refused before a candidate is trained, and the
+    record is not rewritten."""
+    from ella import selection
+    from tests.test_select import fake_train_on, write_config
+
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "null_model", lambda run_dir, data_dir=None: NULL_MODEL)
+    calls = []
+    monkeypatch.setattr(selection, "train_on", fake_train_on(calls))
+    record = selection.select_paths(run, 3)
+    assert record["finished"] and calls
+    record["rounds"][0]["rows"][1]["log_evidence"] = None
+    path = run / "path_selection.json"
+    path.write_text(json.dumps(record))
+    before, calls[:] = path.read_bytes(), []
+    with pytest.raises(CheckpointError) as refusal:
+        selection.select(run, epochs=3, progress=False)
+    message = str(refusal.value)
+    assert str(path) in message and "--overwrite starts the selection again" in message
+    assert "rounds[0].rows[1].log_evidence should be a finite number, found null" in message
+    assert calls == [] and path.read_bytes() == before
+
+
+NULL_MODEL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
+
+
+def test_results_are_refused_where_a_value_is_not_a_number(run, capsys):
+    """``ella train --resume`` of a finished run, and ``ella report``, check the values of
+    results.json before reading them into the table."""
+    from ella.rundir import RESULTS_FIX
+    from tests.cli_runs import refused, snapshot
+
+    path = run / "results.json"
+    results = json.loads(path.read_text())
+    group = next(iter(results["prior_variance"]))
+    path.write_text(json.dumps({**results, "prior_variance": {group: {"a": 1}}}))
+    before = snapshot(run)
+    needles = [
+        str(path), f"prior_variance.{group} should be a finite number of at least 0, found an "
+        "object", RESULTS_FIX,
+    ]  # fmt: skip
+    refused(capsys, ["train", "--out", str(run), "--resume", "--no-progress"], 1, *needles)
+    refused(capsys, ["report", str(run)], 1, *needles)
+    assert snapshot(run) == before
+    # a row of the per-layer table, which the table formats
+    row = {"layer": "layer1", "effective": {"conv": 1.0}, "parameters": {"conv": 4},
+           "prior_variance": {"conv": {"a": 1}}}  # fmt: skip
+    assert mismatch({**results, "effective_parameters": [row]}, RESULTS_FILE) == (
+        "effective_parameters[0].prior_variance.conv should be a finite number of at least 0, "
+        "found an object"
+    )
+    assert mismatch({**results, "parameters": -1}, RESULTS_FILE) == (
+        "parameters should be an integer of at least 0, found the number -1"
+    )
+
+
+def test_report_refuses_a_selection_that_keeps_a_path_it_does_not_have(run, capsys):
+    from tests.cli_runs import refused, snapshot
+
+    record = _finished_selection()
+    for kept, needle in (
+        (["fc", "nonsense"], "kept[1] should be a path name"),
+        (["fc", "conv"], "kept[0] is 'fc', none of the record's paths (conv, gconv)"),
+    ):
+        path = run / "path_selection.json"
+        path.write_text(json.dumps({**record, "kept": kept}))
+        before = snapshot(run)
+        err = refused(capsys, ["report", str(run)], 1, str(path), needle, SELECTION_FIX)
+        assert "FC+NONSENSE" not in err and snapshot(run) == before

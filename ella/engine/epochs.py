@@ -38,6 +38,7 @@ from ella.rundir import (
     CHECKPOINT,
     METRICS,
     RESULTS,
+    RESULTS_FIX,
     begin_run,
     checkpoint_note,
     load_checkpoint,
@@ -45,6 +46,7 @@ from ella.rundir import (
     resume_note,
     run_lock,
 )
+from ella.schemas import check
 
 __all__ = [
     "EpochRun",
@@ -226,15 +228,22 @@ class EpochRun(abc.ABC):
         data-parallel job) for a ``with`` block: training and writing the results."""
         return run_lock(self.out, take=self.world.is_main)
 
+    def results_schema(self, results: dict) -> Any:
+        """The schema (:mod:`ella.schemas`) a finished run's ``results`` are checked against
+        when read back; None (the default): none."""
+        return None
+
     def finished_results(self, resume: bool) -> dict | None:
         """The results of a finished run that ``resume`` asks to continue, else None.
 
         A finished run is final: its checkpoint is loaded (and so checked), its
-        ``results.json`` returned, and nothing is written.
+        ``results.json`` read and checked (:meth:`results_schema`) and returned, and
+        nothing is written.
 
         Raises:
             CheckpointError: ``results.json`` is there but the checkpoint is unreadable,
-                of another run, or of an unfinished one.
+                of another run, or of an unfinished one, or the results are not as the
+                command writes them.
         """
         if not resume or self.out is None or not (Path(self.out) / RESULTS).is_file():
             return None
@@ -245,7 +254,10 @@ class EpochRun(abc.ABC):
                 f"{self.state.epoch} of {self.config.epochs} epochs: the results are not this "
                 "run's; move results.json away to resume the run"
             )
-        return read_json(Path(self.out) / RESULTS, "finished run's results")
+        path = Path(self.out) / RESULTS
+        results = read_json(path, "finished run's results")
+        schema = self.results_schema(results)
+        return results if schema is None else check(results, schema, path, RESULTS_FIX)
 
     # ------------------------------------------------------------------ steps
     def set_lr(self, optimizer: torch.optim.Optimizer) -> float:

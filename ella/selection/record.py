@@ -15,7 +15,15 @@ from pathlib import Path
 from ella.errors import CheckpointError, RunDirectoryError
 from ella.io import load_torch
 from ella.rundir import read_json
-from ella.schemas import PATH_DROPS_FILE, SELECTION_FILE, SELECTION_STATE_FILE, check
+from ella.schemas import (
+    FINITE,
+    PATH_DROPS_FILE,
+    SELECTION_FILE,
+    SELECTION_STATE_FILE,
+    check,
+    is_unit,
+    mismatch,
+)
 from ella.selection.candidates import CONTROL
 from ella.selection.criteria import CRITERIA, DEFAULT_CRITERION
 
@@ -50,7 +58,9 @@ class SearchFiles:
 def read_selection(path: Path, what: str = "path selection", fix: str = "") -> dict:
     """The record of :func:`select_paths` in ``path``, checked: its shape
     (:data:`ella.schemas.SELECTION_FILE`), and that each round's rows begin with the
-    control, its winner is one of them, and a record with rounds holds the null model.
+    control, its winner is one of them, a record with rounds holds the null model, every
+    name it keeps or drops is one of its own paths (:func:`_names_problem`), and every row
+    holds its criterion's score as a finite number.
 
     Raises:
         CheckpointError: naming the file, what is wrong and ``fix`` (by default: restore
@@ -67,11 +77,12 @@ def read_selection(path: Path, what: str = "path selection", fix: str = "") -> d
     if problem is None and record["finished"] and not record["rounds"]:
         problem = "it is finished but has no round"
     criterion = record.get("criterion", DEFAULT_CRITERION)
-    if problem is None and criterion not in CRITERIA:
-        problem = (
-            f"its criterion {criterion!r} is none of the registered ones "
-            f"({', '.join(sorted(CRITERIA))}; register it before reading the record)"
-        )
+    if problem is None and record["finished"] and record["rounds"][-1]["winner"] is None:
+        problem = f"it is finished but its last round (round {len(record['rounds'])}) has no winner"
+    problem = problem or _criterion_problem(
+        criterion, [(f"rounds[{i}]", this["rows"]) for i, this in enumerate(record["rounds"])]
+    )
+    problem = problem or _names_problem(record)
     if problem is not None:
         raise CheckpointError(f"{path} is not as ella writes it: {problem}; {fix}")
     return record
@@ -90,18 +101,141 @@ def _round_problem(rounds: list[dict]) -> str | None:
     return None
 
 
+def _criterion_problem(criterion: str, tables: list[tuple[str, list[dict]]]) -> str | None:
+    """Where ``criterion`` is not registered, or a row of ``tables`` (``(where, rows)``)
+    or one of its replicates lacks its score as a finite number (None where nothing is)."""
+    if criterion not in CRITERIA:
+        return (
+            f"its criterion {criterion!r} is none of the registered ones "
+            f"({', '.join(sorted(CRITERIA))}; register it before reading the record)"
+        )
+    key = CRITERIA[criterion].key
+    for where, rows in tables:
+        for j, row in enumerate(rows):
+            here = f"{where}.rows[{j}]" if where else f"rows[{j}]"
+            replicates = enumerate(row.get("replicates", []))
+            for at, scored in [
+                (here, row),
+                *((f"{here}.replicates[{k}]", r) for k, r in replicates),
+            ]:
+                if key not in scored:
+                    return f"{at}.{key} is missing (the score of its criterion, {criterion!r})"
+                found = mismatch(scored[key], FINITE, f"{at}.{key}")
+                if found:
+                    return found
+    return None
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names) or "none"
+
+
+def _outside(names: list[str], among: list[str], at: str, whose: str) -> str | None:
+    """Where ``names`` (at ``at``) holds a name not in ``among`` (``whose`` they are), or
+    one twice; None where neither."""
+    for i, name in enumerate(names):
+        if name not in among:
+            return f"{at}[{i}] is {name!r}, none of {whose} ({_listed(among)})"
+        if name in names[:i]:
+            return f"{at} names {name!r} twice"
+    return None
+
+
+def _names_problem(record: dict) -> str | None:
+    """What a selection record names that is not its own: a path of the wrong kind for its
+    search (a layer's path in a whole-path selection, or the reverse), a kept path or a
+    dropped one outside the record's ``paths`` or the round's kept ones, a candidate whose
+    kept paths are not its round's without what it drops, or kept paths that are not what
+    the rounds decided (None where nothing is)."""
+    paths, per_layer = record["paths"], bool(record.get("per_layer"))
+    for i, name in enumerate(paths):
+        if not is_unit(name, per_layer):
+            words = "a layer's path (layer3.conv)" if per_layer else "a path name"
+            search = "per-layer" if per_layer else "whole-path"
+            return f"paths[{i}] is {name!r}, not {words} as a {search} selection names them"
+    problem = _outside(paths, paths, "paths", "its paths")
+    if problem is not None:
+        return problem
+    kept = paths  # what the rounds decided so far
+    for i, this in enumerate(record["rounds"]):
+        at = f"rounds[{i}]"
+        problem = _outside(this["kept"], paths, f"{at}.kept", "the record's paths")
+        if problem is not None:
+            return problem
+        if set(this["kept"]) != set(kept):
+            return (
+                f"{at}.kept is [{_listed(this['kept'])}], not what the rounds before it kept "
+                f"([{_listed(kept)}])"
+            )
+        for j, row in enumerate(this["rows"]):
+            dropped = row["dropped"]
+            if dropped != CONTROL and dropped not in this["kept"]:
+                return (
+                    f"{at}.rows[{j}].dropped is {dropped!r}, neither {CONTROL!r} nor one of "
+                    f"the round's kept paths ({_listed(this['kept'])})"
+                )
+            where = f"{at}.rows[{j}].kept"
+            problem = _outside(row["kept"], this["kept"], where, "the round's kept paths")
+            if problem is not None:
+                return problem
+            if set(row["kept"]) != set(this["kept"]) - {dropped}:
+                return (
+                    f"{where} is [{_listed(row['kept'])}], not the round's kept paths "
+                    f"without {dropped!r}"
+                )
+        won = [r for r in this["rows"] if r["dropped"] == this["winner"]]
+        kept = won[0]["kept"] if won else this["kept"]
+    problem = _outside(record["kept"], paths, "kept", "the record's paths")
+    if problem is None and set(record["kept"]) != set(kept):
+        problem = (
+            f"kept is [{_listed(record['kept'])}], not what its rounds kept ([{_listed(kept)}])"
+        )
+    return problem
+
+
 def read_drops(path: Path) -> dict:
     """``path_drops.json`` (:func:`drop_each_path`), checked against
-    :data:`ella.schemas.PATH_DROPS_FILE` and beginning with the control where it has rows."""
+    :data:`ella.schemas.PATH_DROPS_FILE`, beginning with the control where it has rows,
+    each other row dropping one of the control's paths once and keeping the rest, and
+    every row holding its criterion's score as a finite number."""
     fix = (
         "restore it from a copy, or add --overwrite to ella select --drop-only to train them again"
     )
     record = read_json(path, "earlier path drops", PATH_DROPS_FILE, fix)
-    if record["rows"] and record["rows"][0]["dropped"] != CONTROL:
-        raise CheckpointError(
-            f"{path} is not as ella writes it: it does not begin with the control; {fix}"
-        )
+    rows = record["rows"]
+    problem = None
+    if rows and rows[0]["dropped"] != CONTROL:
+        problem = "it does not begin with the control"
+    problem = problem or _criterion_problem(
+        record.get("criterion", DEFAULT_CRITERION), [("", rows)]
+    )
+    if problem is None and rows:
+        problem = _drops_problem(rows)
+    if problem is not None:
+        raise CheckpointError(f"{path} is not as ella writes it: {problem}; {fix}")
     return record
+
+
+def _drops_problem(rows: list[dict]) -> str | None:
+    """Where a row of drops (``rows[0]`` the control) drops what the control does not keep,
+    a path twice, or keeps other paths than the control's without it."""
+    paths = rows[0].get("kept")
+    dropped = [r["dropped"] for r in rows[1:]]
+    for j, (row, name) in enumerate(zip(rows[1:], dropped, strict=True), start=1):
+        if name == CONTROL or not is_unit(name, per_layer=False):
+            return f"rows[{j}].dropped is {name!r}, not a path name"
+        if name in dropped[: j - 1]:
+            return f"rows[{j}].dropped is {name!r}, which rows[{dropped.index(name) + 1}] drops"
+        if paths is None or "kept" not in row:
+            continue  # an older record, without the kept paths
+        if name not in paths:
+            return (
+                f"rows[{j}].dropped is {name!r}, none of the control's kept paths "
+                f"({_listed(paths)})"
+            )
+        if set(row["kept"]) != set(paths) - {name}:
+            return f"rows[{j}].kept is [{_listed(row['kept'])}], not the control's without {name!r}"
+    return None
 
 
 def read_selection_state(path: Path) -> dict:

@@ -57,6 +57,7 @@ from ella.learner.report import effective_parameter_report, layer_mean_shares
 from ella.marglik.control import output_hessian_trace
 from ella.marglik.evidence import LaplaceEvidence, non_finite_parameters
 from ella.rundir import checkpoint_note
+from ella.schemas import results_schema
 
 __all__ = [
     "AlternatingRun",
@@ -416,6 +417,10 @@ class AlternatingRun(EpochRun):
             row["train_accuracy"] = sums["correct"] / seen
         row["lr"] = sums["lr"]
         return row
+
+    def results_schema(self, results: dict) -> Any:
+        """:func:`ella.schemas.results_schema`: ``ella train``'s or ``ella.fit``'s."""
+        return results_schema(results)
 
     def learned_results(self) -> dict:
         """What ``ella train``'s results and :func:`ella.fit`'s result both report of the

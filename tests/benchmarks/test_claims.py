@@ -224,3 +224,88 @@ def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tm
         "the evidence's answer is 1.5 standard errors from none (right on both data sets at 3 "
         "of 5 seeds), a held-out likelihood's 12.0 (5 of 5), training speed's 24.0 (5 of 5)"
     ) in sentence
+
+
+@pytest.fixture
+def results_root(tmp_path):
+    """A copy of the committed results files and of the pages the script writes into."""
+    for folder in ("benchmarks/results", "experiments/results"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    for name in (claims.README, claims.REPRODUCING, claims.GUIDE):
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def _refused_by_name(root, name: str, *needles: str) -> None:
+    """Writing the tables from ``root`` stops with one message naming ``name`` and every
+    needle, and no page is rewritten."""
+    pages = {p: (root / p).read_text() for p in (claims.README, claims.REPRODUCING, claims.GUIDE)}
+    for argv in (["--check"], []):
+        with pytest.raises(SystemExit) as refusal:
+            claims.main(argv, root=root)
+        message = str(refusal.value.code)
+        for needle in (name, f"git checkout -- {name}", *needles):
+            assert needle in message, message
+    assert {p: (root / p).read_text() for p in pages} == pages
+
+
+def _edit(root, name: str, change) -> None:
+    path = root / name
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+
+
+def test_a_cut_results_file_is_refused_naming_it_and_its_command(results_root):
+    name = claims.SOURCES["table1", "cpu", 0].path
+    text = (results_root / name).read_text()
+    (results_root / name).write_text(text[: len(text) // 2])
+    _refused_by_name(
+        results_root, name, "cannot be read as JSON", "python -m benchmarks.table1 --profile cpu"
+    )
+
+
+def test_a_number_written_as_a_string_is_refused_naming_the_field(results_root):
+    name = claims.SOURCES["osp", "cpu", 0].path
+    _edit(results_root, name, lambda p: p["rows"][0].update(osp="NaN"))
+    _refused_by_name(
+        results_root, name, "rows[0].osp should be a finite number, found the string 'NaN'",
+        "python -m benchmarks.osp --profile cpu",
+    )  # fmt: skip
+
+
+def test_a_non_finite_accuracy_is_refused(results_root):
+    name = claims.SOURCES["table3", "cpu_stratified", 1].path
+    _edit(results_root, name, lambda p: p["rows"][2].update(test_accuracy=math.nan))
+    _refused_by_name(
+        results_root, name, "rows[2].test_accuracy should be a finite number from 0 to 1, found "
+        "the number nan", "python -m benchmarks.table3 --profile cpu_stratified --seed 1",
+    )  # fmt: skip
+
+
+def test_the_main_jobs_kept_paths_are_path_names(results_root):
+    fix = "python -m benchmarks.main_job"
+    _edit(results_root, claims.MAIN_JOB, lambda p: p["selection"].update(kept="abc"))
+    _refused_by_name(
+        results_root, claims.MAIN_JOB,
+        "selection.kept should be a list of strings, found the string 'abc'", fix,
+    )  # fmt: skip
+    _edit(results_root, claims.MAIN_JOB, lambda p: p["selection"].update(kept=["a", "b"]))
+    _refused_by_name(results_root, claims.MAIN_JOB, "selection.kept[0] should be a path name", fix)
+    shutil.copy(ROOT / claims.MAIN_JOB, results_root / claims.MAIN_JOB)
+    _edit(results_root, claims.MAIN_JOB, lambda p: p["selection"]["rounds"][-1].update(winner="x"))
+    _refused_by_name(results_root, claims.MAIN_JOB, "winner is 'x', none of its rows'", fix)
+
+
+def test_an_experiments_file_is_refused_naming_the_command_that_writes_it(results_root):
+    _edit(results_root, claims.RELIABILITY, lambda p: p["rows"][0].update(winner="nonsense"))
+    _refused_by_name(
+        results_root, claims.RELIABILITY, "rows[0].winner should be a path name",
+        "python -m experiments.reliability",
+    )  # fmt: skip
+    shutil.copy(ROOT / claims.RELIABILITY, results_root / claims.RELIABILITY)
+    path = results_root / claims.MINIATURE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:3], lines[3][:40], *lines[4:]]) + "\n")
+    _refused_by_name(results_root, claims.MINIATURE, "cannot be read as JSON (line 4, column")
