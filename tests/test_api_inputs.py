@@ -18,7 +18,7 @@ from ella import FitConfig, PriorLearner
 from ella.errors import CheckpointError, ConfigError, EllaError, InputDataError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.evidence import MAX_N_DATA, check_n_data
-from ella.train.fit import _check_first_batch
+from ella.train.fit_inputs import check_first_batch
 
 FAST = dict(epochs=1, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=1, progress=False)
 N, K = 8, 3  # examples, classes
@@ -136,7 +136,7 @@ def test_fit_with_good_batches_still_trains():
 def test_the_first_batch_check_leaves_torchs_generator_and_the_model_as_they_were():
     model = tiny_model()
     rng = torch.get_rng_state()
-    _check_first_batch(model, loader(labels(), shuffle=True), FitConfig())
+    check_first_batch(model, loader(labels(), shuffle=True), FitConfig())
     assert torch.equal(torch.get_rng_state(), rng) and model.training
 
 

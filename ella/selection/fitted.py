@@ -22,7 +22,8 @@ from ella.selection.criteria import check_validation, criterion_of
 from ella.selection.replicates import check_seeds, replicate_seeds, replicated
 from ella.selection.searches import SearchContext, search_of
 from ella.selection.units import fitted_paths
-from ella.train.fit import FitResult, FitRun, evaluate_loader, probe_outputs
+from ella.train.fit import FitResult, FitRun, evaluate_loader
+from ella.train.fit_inputs import probe_outputs
 
 __all__ = ["check_fitted_selectable", "select_fitted"]
 
