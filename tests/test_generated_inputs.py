@@ -23,6 +23,7 @@ from ella.ensembles.config import EnsembleConfig
 from ella.errors import EllaError
 from ella.train import TrainConfig
 from ella.train.fit import FitConfig
+from tests.strategies import ANY_VALUE
 
 COMMANDS = {"train": TrainConfig, "ensemble": EnsembleConfig}
 
@@ -84,19 +85,6 @@ def test_every_option_takes_or_refuses_a_typed_value(command):
         # any other exception fails the test with the command line that raised it
 
     check()
-
-
-#: a value of every kind a Python caller may pass
-ANY_VALUE = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8),
-    st.lists(st.integers(-3, 3) | st.text(max_size=4), max_size=3),
-    st.tuples(st.text(max_size=4)),
-    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)
 
 
 @pytest.mark.slow

@@ -36,6 +36,14 @@ def _run(tmp_path):
     return run
 
 
+def _readme_line(tmp_path, payload: dict) -> str:
+    """The README's main-job line that ``benchmarks.claims`` words from ``payload``."""
+    results = tmp_path / "root" / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "main_job.json").write_text(json.dumps(payload))
+    return claims.main_job_line(tmp_path / "root")
+
+
 def test_the_main_job_and_its_selection_are_collected_and_worded(tmp_path):
     payload = main_job.collect(_run(tmp_path), {"train": 1.0, "select": 2.0})
     assert payload["run"]["mean_shares"] == {"fc": 20.0, "conv": 30.0, "gconv": 50.0}
@@ -46,10 +54,7 @@ def test_the_main_job_and_its_selection_are_collected_and_worded(tmp_path):
     text = main_job.markdown(payload)
     assert "| 1 | FC+CONV+GCONV | fc | 98.00 | -60.0 | +40.0 |" in text
     assert "Kept: CONV+GCONV (7 networks" in text
-    results = tmp_path / "root" / "benchmarks" / "results"
-    results.mkdir(parents=True)
-    (results / "main_job.json").write_text(json.dumps(payload))
-    line = claims.main_job_line(tmp_path / "root")
+    line = _readme_line(tmp_path, payload)
     assert line.startswith(
         "Asked which paths the data need (`ella select RUN`, 20 epochs per network, 7 "
         "networks), the evidence drops FC (+40 nats) and keeps CONV+GCONV (dropping GCONV, "
@@ -90,10 +95,7 @@ def test_the_main_job_at_three_seeds_states_each_step_with_its_spread(tmp_path):
         ("keep", "gconv", True),
     ]
     assert "| 1 | drop FC | +45 | 3 | 3 of 3 | yes |" in main_job.markdown(payload)
-    results = tmp_path / "root" / "benchmarks" / "results"
-    results.mkdir(parents=True)
-    (results / "main_job.json").write_text(json.dumps(payload))
-    line = claims.main_job_line(tmp_path / "root")
+    line = _readme_line(tmp_path, payload)
     assert line.startswith(
         "Asked which paths the data need (`ella select RUN --seeds 3`, 20 epochs per network, "
         "7 networks at 3 seeds each), the evidence drops FC (+45 ± 3 nats, 3 of 3 seeds agree, "
