@@ -1127,7 +1127,7 @@ def main_job_line(root: Path = ROOT) -> str:
     path = root / MAIN_JOB
     if not path.is_file():
         raise SystemExit(f"{MAIN_JOB} is missing: python -m benchmarks.main_job writes it")
-    from ella.selection import MORE_SEEDS, drop_gains, replicate_seeds
+    from ella.selection import MORE_SEEDS, drop_gains, format_spread, replicate_seeds
 
     payload = read_results(root, MAIN_JOB, "python -m benchmarks.main_job", _MAIN_JOB)
     sel = payload["selection"]
@@ -1138,23 +1138,19 @@ def main_job_line(root: Path = ROOT) -> str:
         )
     sure, k = sel.get("decision"), sel.get("seeds", 1)
 
-    def spread(step: dict) -> str:
-        called = "decided" if step["decided"] else "not decided"
-        return f"{step['se']:.0f} nats, {step['agree']} of {step['seeds']} seeds agree, {called}"
-
     last = sel["rounds"][-1]
     chosen = next(r for r in last["rows"] if r["dropped"] == last["winner"])
     first = sel["rounds"][0]["rows"][0]
     kept = "+".join(sel["kept"]).upper()
     if sure is not None and k > 1:
-        drops = [f"{s['unit'].upper()} ({s['mean']:+.0f} ± {spread(s)})"
+        drops = [f"{s['unit'].upper()} ({format_spread(s, ' nats')})"
                  for s in sure["steps"] if s["action"] == "drop"]  # fmt: skip
         rival = next((s for s in sure["steps"] if s["action"] == "keep"), None)
         rival_text = (
             ""
             if rival is None
             else f" (dropping {rival['unit'].upper()}, the cheapest, would cost "
-            f"{-rival['mean']:.0f} ± {spread(rival)})"
+            f"{format_spread(rival, ' nats', cost=True)})"
         )
     else:
         drops = [f"{d.upper()} ({gain:+.0f} nats)" for _, d, gain in drop_gains(sel)]

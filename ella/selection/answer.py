@@ -41,6 +41,7 @@ __all__ = [
     "format_path_drops",
     "format_path_selection",
     "format_plan",
+    "format_spread",
     "per_layer_labels",
     "per_layer_outcome",
     "save_per_layer_figure",
@@ -230,7 +231,7 @@ def format_path_selection(record: dict) -> str:
             mark = "  collapsed" if lost else ""
             gain = None if r["dropped"] == CONTROL else gain_summary(r, this["rows"][0], key)
             if gain is not None:
-                mark += f"  {_spread(gain)}"
+                mark += f"  {format_spread(gain)}"
             lines.append(
                 f"  {r['dropped']:<{width}}{100 * r['test_accuracy']:>11.2f}"
                 f"{r[key]:>15.1f}{r[key] - control:>+12.1f}  {shares}"
@@ -465,7 +466,7 @@ def _answer(record: dict) -> str:
 
     def told(step: dict) -> str:
         """A drop's gain: its spread over the seeds, or the one seed's figure."""
-        gain = f"{step['mean']:+.0f}{nats}" if step["se"] is None else _spread(step, nats)
+        gain = f"{step['mean']:+.0f}{nats}" if step["se"] is None else format_spread(step, nats)
         return f"{kind.label(step['unit'])} ({gain})"
 
     drops = [s for s in sure["steps"] if s["action"] == "drop"]
@@ -479,7 +480,8 @@ def _answer(record: dict) -> str:
                 f"; dropping {kind.label(step['unit'])}{too} would cost {-step['mean']:.0f}{unit}"
             )
         elif step["mean"] > 0:  # ahead of the control, but not decided
-            how += f"; dropping {kind.label(step['unit'])}{too} is ahead ({_spread(step, nats)})"
+            ahead = format_spread(step, nats)
+            how += f"; dropping {kind.label(step['unit'])}{too} is ahead ({ahead})"
         else:
             how += (
                 f"; dropping {kind.label(step['unit'])}{too} would cost "
@@ -515,12 +517,13 @@ def _answer(record: dict) -> str:
     return line
 
 
-def _spread(gain: dict, unit: str = "") -> str:
-    """``+120 ± 40 nats, 3 of 3 seeds agree, decided`` (:func:`summarise`'s fields)."""
+def format_spread(gain: dict, unit: str = "", cost: bool = False) -> str:
+    """``+120 ± 40 nats, 3 of 3 seeds agree, decided`` (:func:`summarise`'s fields, or a
+    step of :func:`decision`); with ``cost``, the loss the gain is: ``120 ± 40 nats, ...``."""
     called = "decided" if gain["decided"] else "not decided"
+    mean = f"{-gain['mean']:.0f}" if cost else f"{gain['mean']:+.0f}"
     return (
-        f"{gain['mean']:+.0f} ± {gain['se']:.0f}{unit}, {gain['agree']} of {gain['seeds']} seeds "
-        f"agree, {called}"
+        f"{mean} ± {gain['se']:.0f}{unit}, {gain['agree']} of {gain['seeds']} seeds agree, {called}"
     )
 
 
@@ -544,7 +547,7 @@ def format_path_drops(result: dict) -> str:
         lines.append(
             f"{r['dropped']:<10}{100 * r['test_accuracy']:>11.2f}{r['log_evidence']:>15.1f}"
             f"{r['log_evidence'] - control:>+12.1f}"
-            + ("" if gain is None else f"  {_spread(gain, ' nats')}")
+            + ("" if gain is None else f"  {format_spread(gain, ' nats')}")
         )
     gains = [r for r in rows[1:] if r["log_evidence"] > control]
     if result.get("seeds", 1) > 1:  # only the gains the seeds decide
