@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import json
 import math
@@ -68,10 +69,51 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     return path
 
 
+#: the entry that :func:`save_torch` adds to a saved dict: :func:`values_digest` of the rest
+DIGEST_KEY = "ella_sha256"
+
+
+def values_digest(obj: Any) -> str:
+    """SHA-256 of every tensor (name, dtype, shape and bytes) and plain value in ``obj``,
+    visited in a fixed order (a dict's keys sorted), so that a value changed after
+    writing, by a flipped bit or a cast, changes it.
+
+    A loaded object gives the digest of the saved one: ``torch.load`` returns the same
+    tensors, containers and plain values that ``torch.save`` was given.
+    """
+    digest = hashlib.sha256()
+
+    def visit(name: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{name}|{flat.dtype}|{tuple(value.shape)}|".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            digest.update(f"{name}|dict{len(value)}|".encode())
+            for key in sorted(value, key=repr):
+                visit(f"{name}/{key!r}", value[key])
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"{name}|{type(value).__name__}{len(value)}|".encode())
+            for i, item in enumerate(value):
+                visit(f"{name}/{i}", item)
+        else:
+            digest.update(f"{name}={type(value).__name__}:{value!r}|".encode())
+
+    visit("", obj)
+    return digest.hexdigest()
+
+
 def save_torch(obj: Any, path: Path) -> None:
     """``torch.save`` through a temporary file and an atomic rename (serialised in memory
     first, so that a failed write is the file system's error, which
-    :func:`atomic_write` names, not the serialiser's)."""
+    :func:`atomic_write` names, not the serialiser's).
+
+    A dict is saved with :data:`DIGEST_KEY`, the :func:`values_digest` of its values,
+    which :func:`load_torch` checks and removes.
+    """
+    if isinstance(obj, dict):
+        obj = {k: v for k, v in obj.items() if k != DIGEST_KEY}
+        obj[DIGEST_KEY] = values_digest(obj)
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     atomic_write(path, lambda f: f.write(buffer.getbuffer()))
@@ -134,11 +176,12 @@ def load_torch(path: Path, fix: str = "restore it from a copy") -> Any:
     Raises:
         CheckpointError: the file cannot be read (permissions: the message says to fix
             them, not that the file is bad), is missing, truncated or corrupt (random
-            bytes, text), or holds objects other than tensors and plain types (e.g. a
-            crafted pickle).
+            bytes, text), holds objects other than tensors and plain types (e.g. a
+            crafted pickle), or holds values that differ from those written (its
+            :data:`DIGEST_KEY` does not match: a flipped bit, a tensor cast or replaced).
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:
         raise CheckpointError(
             f"cannot read checkpoint {path}: permission denied; the file may be good: fix its "
@@ -161,3 +204,19 @@ def load_torch(path: Path, fix: str = "restore it from a copy") -> Any:
             first = _unpickler_detail(text) or type(err).__name__
             reason = f"it is corrupt, truncated or not a checkpoint ({first}); {fix}"
         raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
+    return _checked_digest(loaded, path, fix)
+
+
+def _checked_digest(loaded: Any, path: Path, fix: str) -> Any:
+    """``loaded`` without its :data:`DIGEST_KEY`, once the digest matches its values (a
+    file written before ella stored digests has none, and is returned as it is)."""
+    if not isinstance(loaded, dict) or DIGEST_KEY not in loaded:
+        return loaded
+    stored = loaded.pop(DIGEST_KEY)
+    if stored != values_digest(loaded):
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: its values differ from those that were written "
+            f"(the checksum of its tensors, {DIGEST_KEY}, does not match: the file was "
+            f"damaged or edited after writing); {fix}"
+        )
+    return loaded

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from ella.cli import main
-from ella.errors import ConfigError
+from ella.errors import CheckpointError, ConfigError
 from ella.export import load_exported, switched_off, without_paths
 from ella.models import mixer
 from ella.nn import RelaxedLayer
 from ella.testing import assert_equivariant
 from tests.cli_runs import refused, snapshot
+from tests.test_io import flip_bits_in_tensor_data
 
 
 def zeroed(net, drop):
@@ -91,3 +92,15 @@ def test_ella_export_drops_the_residual_a_run_switched_off(tmp_path, capsys):
     before = snapshot(run)
     refused(capsys, ["export", str(run)], 1, "exists", "--out")
     assert snapshot(run) == before
+
+    # an export whose weights were edited after writing (one cast to int32) is refused
+    exported = torch.load(run / "exported.pt", weights_only=True)
+    name = next(k for k, v in exported["model"].items() if v.is_floating_point())
+    exported["model"][name] = exported["model"][name].to(torch.int32)
+    torch.save(exported, run / "exported.pt")
+    with pytest.raises(CheckpointError, match="does not match.*ella export"):
+        load_exported(run)
+    # and a checkpoint with flipped bits is refused before anything is exported
+    flip_bits_in_tensor_data(run / "checkpoint.pt")
+    refused(capsys, ["export", str(run), "--out", str(tmp_path / "x.pt")], 1, "checksum")
+    assert not (tmp_path / "x.pt").exists()

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ella.cli import main
-from ella.errors import FileWriteError
-from ella.io import atomic_write, save_json
+from ella.errors import CheckpointError, FileWriteError
+from ella.io import DIGEST_KEY, atomic_write, load_torch, save_json, save_torch, values_digest
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -142,3 +143,80 @@ def test_a_full_disk_ends_a_run_with_one_line_and_a_rerun_with_space_ends_it_ali
     ours, theirs = (json.loads((d / "results.json").read_text()) for d in (moved, finished_run))
     for key in ("test_accuracy", "test_nll", "log_marglik"):
         assert ours[key] == theirs[key]
+
+
+# ---------------------------------------------------------------- stored values
+def flip_bits_in_tensor_data(path: Path, bits: int = 3) -> None:
+    """Flip ``bits`` bits in the middle of the largest tensor record of the torch file at
+    ``path`` (an uncompressed zip), where torch's reader does not look for damage."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        record = max((i for i in archive.infolist() if "/data/" in i.filename),
+                     key=lambda i: i.file_size)  # fmt: skip
+    raw = bytearray(path.read_bytes())
+    head = record.header_offset
+    name_len, extra_len = (int.from_bytes(raw[head + k : head + k + 2], "little") for k in (26, 28))
+    start = head + 30 + name_len + extra_len + record.file_size // 2
+    for b in range(bits):
+        raw[start + 7 * b] ^= 1 << b
+    path.write_bytes(bytes(raw))
+
+
+STORED = {
+    "model": {"w": torch.arange(600, dtype=torch.float32).reshape(20, 30) / 7},
+    "half": torch.ones(3, dtype=torch.bfloat16),
+    "scalar": torch.tensor(2.5),
+    "mask": torch.tensor([True, False]),
+    "optimizer": {"state": {0: {"step": torch.tensor(3.0)}}, "lr": [1e-3, 0.5]},
+    "epoch": 4,
+    "paths": ("fc", "conv"),
+    "note": None,
+}
+
+
+def test_a_saved_dict_loads_with_equal_values_and_without_its_digest(tmp_path):
+    save_torch(STORED, tmp_path / "c.pt")
+    raw = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert raw[DIGEST_KEY] == values_digest(STORED)
+    back = load_torch(tmp_path / "c.pt")
+    assert DIGEST_KEY not in back and back.keys() == STORED.keys()
+    assert torch.equal(back["model"]["w"], STORED["model"]["w"]) and back["epoch"] == 4
+    assert values_digest(back) == values_digest(STORED)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["model"].__setitem__("w", d["model"]["w"].to(torch.int32)),
+        lambda d: d["model"].__setitem__("w", d["model"]["w"].reshape(30, 20)),
+        lambda d: d["model"]["w"].view(-1).__setitem__(17, 0.0),
+        lambda d: d["optimizer"]["state"][0].__setitem__("step", torch.tensor(4.0)),
+        lambda d: d.__setitem__("epoch", 5),
+        lambda d: d.__setitem__("paths", ["fc", "conv"]),
+        lambda d: d["optimizer"]["lr"].append(0.1),
+    ],
+    ids=["cast", "reshaped", "one-value", "nested-tensor", "plain-value", "tuple-as-list", "list"],
+)
+def test_a_value_edited_after_writing_is_refused_with_the_fix(tmp_path, change):
+    path = tmp_path / "c.pt"
+    save_torch(STORED, path)
+    edited = torch.load(path, weights_only=True)  # as a user's script would edit it
+    change(edited)
+    torch.save(edited, path)
+    with pytest.raises(CheckpointError, match=f"{DIGEST_KEY}, does not match.*export again"):
+        load_torch(path, fix="export again")
+
+
+def test_flipped_bits_in_a_tensor_are_refused(tmp_path):
+    path = tmp_path / "c.pt"
+    save_torch(STORED, path)
+    flip_bits_in_tensor_data(path)
+    torch.load(path, weights_only=True)  # torch itself reads the damaged file
+    with pytest.raises(CheckpointError, match="values differ from those that were written"):
+        load_torch(path)
+
+
+def test_a_file_without_a_digest_loads_as_written(tmp_path):
+    torch.save({"epoch": 1, "w": torch.zeros(2)}, tmp_path / "old.pt")
+    assert load_torch(tmp_path / "old.pt")["epoch"] == 1

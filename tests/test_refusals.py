@@ -24,7 +24,7 @@ import torch
 from ella.cli import main
 from ella.engine.recipe import OPTIMUM_STEP
 from ella.groups import MAX_ROTATIONS
-from ella.io import save_jsonl, strict_json
+from ella.io import load_torch, save_jsonl, save_torch, strict_json
 from ella.options import MAX_SEED
 from ella.rundir import LOCK, run_lock
 from ella.train import TrainConfig
@@ -46,20 +46,20 @@ def _edit_json(path: Path, **changes) -> None:
 
 
 def _config_only_checkpoint(run: Path) -> None:
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
-    torch.save({"config": ckpt["config"]}, run / "checkpoint.pt")
+    ckpt = load_torch(run / "checkpoint.pt")
+    save_torch({"config": ckpt["config"]}, run / "checkpoint.pt")
 
 
 def _other_width_checkpoint(run: Path) -> None:
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt = load_torch(run / "checkpoint.pt")
     ckpt["model"] = {k: torch.zeros(*(2 * n for n in v.shape)) for k, v in ckpt["model"].items()}
-    torch.save(ckpt, run / "checkpoint.pt")
+    save_torch(ckpt, run / "checkpoint.pt")
 
 
 def _non_dict_state_checkpoint(run: Path) -> None:
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt = load_torch(run / "checkpoint.pt")
     ckpt["state"] = [1, 2]
-    torch.save(ckpt, run / "checkpoint.pt")
+    save_torch(ckpt, run / "checkpoint.pt")
 
 
 def _results_directory(run: Path) -> None:
@@ -120,9 +120,9 @@ def _drop_config_keys(run: Path) -> None:
 
 def _fc_per_channel_checkpoint(run: Path) -> None:
     """The checkpoint of ella 0.2, whose FC paths held one tensor per channel."""
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    ckpt = load_torch(run / "checkpoint.pt")
     ckpt["model"]["layer1.paths.fc.pixel_maps.0.weight"] = torch.zeros(2, 2)
-    torch.save(ckpt, run / "checkpoint.pt")
+    save_torch(ckpt, run / "checkpoint.pt")
 
 
 def _unfinished_fc_per_channel_checkpoint(run: Path) -> None:
