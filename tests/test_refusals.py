@@ -29,6 +29,7 @@ from ella.options import MAX_SEED
 from ella.rundir import LOCK, run_lock
 from ella.train import TrainConfig
 from tests.cli_runs import TINY, refused, snapshot
+from tests.test_io import flip_bits_in_tensor_data
 
 #: a mixer whose evidence rounds draw a subset and use the control variate, as by default
 SUBSET = [
@@ -125,6 +126,18 @@ def _fc_per_channel_checkpoint(run: Path) -> None:
     save_torch(ckpt, run / "checkpoint.pt")
 
 
+def _config_without_norm(run: Path) -> None:
+    """config.json without ``norm``, which the checkpoint and results.json hold."""
+    data = json.loads((run / "config.json").read_text())
+    del data["norm"]
+    (run / "config.json").write_text(json.dumps(data))
+
+
+def _results_of_another_seed(run: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    _edit_json(run / "results.json", config={**results["config"], "seed": 7})
+
+
 def _unfinished_fc_per_channel_checkpoint(run: Path) -> None:
     _fc_per_channel_checkpoint(run)
     (run / "results.json").unlink()
@@ -143,6 +156,9 @@ def _selection(run: Path, **changes) -> None:
     }  # fmt: skip
     (run / "path_selection.json").write_text(json.dumps({**record, **changes}))
 
+
+#: ella report's measurement of symmetry, which rebuilds the run's network from its files
+SYMMETRY = ["report", "RUN", "--symmetry", "C4", "--symmetry-images", "2"]
 
 # (name, prepare(run) or None, argv with RUN for the run's directory, status, needles)
 CASES = [
@@ -251,6 +267,13 @@ CASES = [
     ("a run beside a file of the user's", lambda r: (r / "notes.txt").write_text("mine"),
      ["train", *TINY, "--out", "RUN"], 1,
      ["holds an ella run beside files ella did not write: notes.txt", "move them out"]),
+    ("a config.json that lost a key the checkpoint has", _config_without_norm,
+     SYMMETRY, 1, ["config.json and checkpoint.pt describe different runs",
+     "norm: 'none' in config.json, 'instance' in checkpoint.pt", "Restore config.json"]),
+    ("a results.json of another seed", _results_of_another_seed, SYMMETRY, 1,
+     ["config.json and results.json describe different runs", "seed: 0 in config.json, 7 in"]),
+    ("a checkpoint with flipped bits", lambda r: flip_bits_in_tensor_data(r / "checkpoint.pt"),
+     SYMMETRY, 1, ["checkpoint.pt", "does not match", "restore it from a copy"]),
     ("--resume of a run without a checkpoint but with metrics", _no_checkpoint,
      ["train", "--out", "RUN", "--resume"], 1,
      ["no checkpoint at", "start the run again with --overwrite"]),

@@ -12,7 +12,8 @@ from ella.choices import PriorMean
 from ella.data import ImageData
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
-from ella.rundir import CHECKPOINT, CONFIG, read_json
+from ella.migrations import upgrade
+from ella.rundir import CHECKPOINT, CONFIG, RESULTS, config_differences, read_json
 from ella.train.config import TrainConfig
 from ella.train.loop import Trainer
 
@@ -48,7 +49,8 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
 
     Raises:
         RunDirectoryError: naming the missing file, or an ensemble run.
-        CheckpointError: a corrupt configuration or checkpoint.
+        CheckpointError: a corrupt configuration or checkpoint, or files of the run that
+            disagree on its configuration (:func:`check_files_agree`).
     """
     run_dir = Path(run_dir)
     for name in (CONFIG, CHECKPOINT):
@@ -67,6 +69,7 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
     if data_dir is not None:
         config = dataclasses.replace(config, data_dir=str(data_dir))
     checkpoint = load_torch(run_dir / CHECKPOINT)  # before any work: refuses a corrupt file
+    check_files_agree(run_dir, config, checkpoint)
     trainer = Trainer(config, run_dir)  # builds data and model as training did (seeds torch)
     try:
         best = checkpoint["state"].get("best")  # None unless --report-state best_evidence
@@ -82,6 +85,45 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
         state="best_evidence" if best is not None else "final",
         data=trainer.data,
     )
+
+
+def check_files_agree(run_dir: Path, config: TrainConfig, checkpoint: object) -> None:
+    """Refuse a run directory whose ``config.json`` (read as ``config``) defines another run
+    than the configuration saved in its checkpoint, or in its ``results.json``: the
+    network rebuilt from ``config.json`` would not be the one those files describe.
+
+    Raises:
+        CheckpointError: naming the files, each option that differs with both values, and
+            the fix.
+    """
+    saved = checkpoint.get("config") if isinstance(checkpoint, dict) else None
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{run_dir / CHECKPOINT} is not a checkpoint of ella (it has no configuration); "
+            "restore it from a copy"
+        )
+    others = {CHECKPOINT: saved}
+    results_path = run_dir / RESULTS
+    if results_path.is_file():
+        results = read_json(results_path, "run's results")
+        if isinstance(results.get("config"), dict):
+            others[RESULTS] = results["config"]
+    want = config.run_dict()
+    for name, other in others.items():
+        changed = config_differences(other, config)
+        if not changed:
+            continue
+        theirs = upgrade(other, TrainConfig)
+        default = TrainConfig().run_dict()
+        values = "; ".join(
+            f"{key}: {want[key]!r} in {CONFIG}, {theirs.get(key, default.get(key))!r} in {name}"
+            for key in changed
+        )
+        raise CheckpointError(
+            f"{run_dir}: {CONFIG} and {name} describe different runs ({values}); the "
+            f"network rebuilt from {CONFIG} would not be the one {name} describes. Restore "
+            f"{CONFIG} from a copy ({name} holds the configuration its run used)"
+        )
 
 
 def refuse_unless_learned(
