@@ -513,23 +513,35 @@ def load_checkpoint(path: Path, config: Config) -> dict:
     return ckpt
 
 
+#: what to do about a run directory's file that cannot be read, by name (the default:
+#: restore it from a copy)
+_READ_FIXES = {
+    CONFIG: "restore it from a copy (the run's checkpoint holds its configuration too)",
+    RESULTS: RESULTS_FIX,
+}
+
+
 def read_json(path: Path, what: str, schema: Any = None, fix: str = "") -> dict:
     """A JSON object from ``path``; a CheckpointError naming the file if it is missing,
     empty, truncated or not an object, or (with a ``schema`` of :mod:`ella.schemas`) not
-    of that shape, with ``fix`` (what to do about it) in the message."""
+    of that shape, with ``fix`` (what to do about it; by default from the file's name, or
+    "restore it from a copy") in the message."""
     path = Path(path)
+    fix = fix or _READ_FIXES.get(path.name, "restore it from a copy")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"no {path.name} in {path.parent} ({what})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(
-            f"{path} is empty, truncated or not JSON ({err}); the {what} cannot be read"
+            f"{path} is empty, truncated or not JSON ({err}); the {what} cannot be read: {fix}"
         ) from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object; the {what} cannot be read")
+        raise CheckpointError(
+            f"{path} does not hold a JSON object; the {what} cannot be read: {fix}"
+        )
     if schema is not None:
-        check(data, schema, path, fix or f"the {what} cannot be read; restore it from a copy")
+        check(data, schema, path, fix)
     return data
 
 

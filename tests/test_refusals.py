@@ -126,6 +126,12 @@ def _fc_per_channel_checkpoint(run: Path) -> None:
     save_torch(ckpt, run / "checkpoint.pt")
 
 
+def _cut(path: Path) -> None:
+    """``path`` cut to its first half, as a full disk or a killed copy leaves it."""
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
 def _config_without_norm(run: Path) -> None:
     """config.json without ``norm``, which the checkpoint and results.json hold."""
     data = json.loads((run / "config.json").read_text())
@@ -267,6 +273,15 @@ CASES = [
     ("a run beside a file of the user's", lambda r: (r / "notes.txt").write_text("mine"),
      ["train", *TINY, "--out", "RUN"], 1,
      ["holds an ella run beside files ella did not write: notes.txt", "move them out"]),
+    ("a results.json cut short", lambda r: _cut(r / "results.json"), ["report", "RUN"], 1,
+     ["results.json is empty, truncated or not JSON", "cannot be read: move it away",
+      "--resume to write it again"]),
+    ("a config.json cut short", lambda r: _cut(r / "config.json"),
+     ["train", "--out", "RUN", "--resume"], 1,
+     ["config.json is empty, truncated or not JSON", "cannot be read: restore it from a copy"]),
+    ("a selection record cut short",
+     lambda r: (_selection(r), _cut(r / "path_selection.json")), ["report", "RUN"], 1,
+     ["path_selection.json is empty, truncated or not JSON", "--overwrite to ella select"]),
     ("a config.json that lost a key the checkpoint has", _config_without_norm,
      SYMMETRY, 1, ["config.json and checkpoint.pt describe different runs",
      "norm: 'none' in config.json, 'instance' in checkpoint.pt", "Restore config.json"]),
