@@ -629,3 +629,21 @@ def test_report_gives_the_answer_of_drops_when_no_selection_was_made(tmp_path, m
         f"training per candidate, so not decided); ella select {run} --epochs 3 makes the "
         "whole choice, its first round this one"
     )
+
+
+def test_a_finished_selection_shown_again_is_read_and_never_written(tmp_path, monkeypatch):
+    """Asking again for a finished greedy selection or finished drops trains nothing and
+    leaves every file of the run directory as it was (the same inode: no atomic rewrite)."""
+    run = write_config(tmp_path / "run")
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    first = selection.select(run, epochs=3)
+    drops = selection.drop_each_path(run, 3)
+
+    def files():
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in run.iterdir()}
+
+    before = files()
+    monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=0))
+    assert selection.select(run, epochs=3)["kept"] == first["kept"]
+    assert selection.drop_each_path(run, 3)["rows"] == drops["rows"]
+    assert files() == before

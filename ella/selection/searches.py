@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ella.errors import ConfigError, RunDirectoryError
+from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import save_json, save_torch
 from ella.rundir import (
     PATH_DROPS,
@@ -200,10 +200,14 @@ class DropSearch(Search):
             row = done.get(key)
             if row is None:
                 row = {"dropped": key, **context.train([drop] if drop else [], None)[0]}
+                if run_dir is not None:  # as each row is trained
+                    save_json({**head, "rows": [*rows, row]}, run_dir / self.files.record)
             rows.append(row)
-            if run_dir is not None:
-                save_json({**head, "rows": rows}, run_dir / self.files.record)
-        return {**head, "rows": rows}
+        record = {**head, "rows": rows}
+        path = run_dir / self.files.record if run_dir is not None else None
+        if path is not None and not _holds(path, record):
+            save_json(record, path)  # rows taken from elsewhere; a record shown again is not
+        return record
 
     def _earlier(self, run_dir: Path, head: dict, overwrite: bool) -> dict[str, dict]:
         """The rows of an earlier call with these settings (``head``: epochs, seeds,
@@ -293,6 +297,14 @@ def search_of(
     return SEARCHES[name]
 
 
+def _holds(path: Path, record: dict) -> bool:
+    """Whether ``path`` is a readable drops record equal to ``record``."""
+    try:
+        return path.is_file() and read_drops(path) == record
+    except CheckpointError:
+        return False
+
+
 def greedy_selection(
     record: dict,
     paths: list[str],
@@ -312,6 +324,7 @@ def greedy_selection(
         The finished record and the selected network's ``{"model", "log_prior"}`` (None
         where no round ran)."""
     score = (criterion or criterion_of(None)).key
+    was_finished = record["finished"]  # shown again, it is read and never written
     start = None
     if files is not None and any(r["winner"] is not None for r in record["rounds"]):
         start = read_selection_state(files.winner)
@@ -369,6 +382,6 @@ def greedy_selection(
             save_torch({**start, "kept": best["kept"]}, files.winner)
             save_json(record, files.record)
             files.candidate.unlink(missing_ok=True)
-    if files is not None:
+    if files is not None and not was_finished:
         save_json(record, files.record)
     return record, start
