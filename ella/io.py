@@ -188,6 +188,11 @@ def load_torch(path: Path, fix: str = "restore it from a copy") -> Any:
             f"permissions (e.g. chmod u+r {path}) or run as its owner"
         ) from None
     except OSError as err:  # an unreadable file or disk; not a verdict on its contents
+        if _readable(path):  # torch's reader met damage it words as a system error
+            raise CheckpointError(
+                f"cannot read checkpoint {path}: it is corrupt, truncated or not a checkpoint "
+                f"({err.strerror or err} while reading it); {fix}"
+            ) from None
         raise CheckpointError(
             f"cannot read checkpoint {path}: {err.strerror or err}; check the file system "
             "and the file's permissions"
@@ -205,6 +210,17 @@ def load_torch(path: Path, fix: str = "restore it from a copy") -> Any:
             reason = f"it is corrupt, truncated or not a checkpoint ({first}); {fix}"
         raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
     return _checked_digest(loaded, path, fix)
+
+
+def _readable(path: Path) -> bool:
+    """Whether the bytes of ``path`` can be read from beginning to end."""
+    try:
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    except OSError:
+        return False
+    return True
 
 
 def _checked_digest(loaded: Any, path: Path, fix: str) -> Any:

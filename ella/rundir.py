@@ -532,6 +532,11 @@ def read_json(path: Path, what: str, schema: Any = None, fix: str = "") -> dict:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"no {path.name} in {path.parent} ({what})") from None
+    except PermissionError:  # the file may be good: never call it corrupt
+        raise CheckpointError(
+            f"cannot read {path}: permission denied; the file may be good: fix its "
+            f"permissions (e.g. chmod u+r {path}) or run as its owner"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(
             f"{path} is empty, truncated or not JSON ({err}); the {what} cannot be read: {fix}"

@@ -220,3 +220,18 @@ def test_flipped_bits_in_a_tensor_are_refused(tmp_path):
 def test_a_file_without_a_digest_loads_as_written(tmp_path):
     torch.save({"epoch": 1, "w": torch.zeros(2)}, tmp_path / "old.pt")
     assert load_torch(tmp_path / "old.pt")["epoch"] == 1
+
+
+def test_damage_that_torch_words_as_a_system_error_is_called_damage(tmp_path, monkeypatch):
+    """torch's zip reader can raise ``OSError(EINVAL)`` for a damaged file: where the file's
+    bytes read, the message says it is corrupt and names the fix, not the file system."""
+    path = tmp_path / "exported.pt"
+    save_torch(STORED, path)
+
+    def invalid(*args, **kwargs):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(torch, "load", invalid)
+    with pytest.raises(CheckpointError, match="corrupt, truncated.*export it again") as err:
+        load_torch(path, fix="export it again")
+    assert "file system" not in str(err.value)

@@ -348,6 +348,21 @@ def test_an_unreadable_checkpoint_is_not_called_corrupt(run, capsys, monkeypatch
     assert snapshot(run) == before
 
 
+def test_an_unreadable_json_file_is_not_called_corrupt(run, capsys, monkeypatch):
+    """The same for config.json and results.json (mode 600 of another user)."""
+    real = Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self.suffix == ".json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    err = refused(capsys, ["report", str(run)], 1, "cannot read", "results.json",
+                  "permission denied", "fix its permissions")  # fmt: skip
+    assert "truncated" not in err and "corrupt" not in err
+
+
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_beginning(
     finished_run, tmp_path, capsys, monkeypatch
 ):
