@@ -282,6 +282,8 @@ CASES = [
     ("a selection record cut short",
      lambda r: (_selection(r), _cut(r / "path_selection.json")), ["report", "RUN"], 1,
      ["path_selection.json is empty, truncated or not JSON", "--overwrite to ella select"]),
+    ("a config.json garbled", lambda r: _edit_json(r / "config.json", model=5),
+     ["report", "RUN"], 1, ["config.json is not a valid configuration", "restore it"]),
     ("a config.json that lost a key the checkpoint has", _config_without_norm,
      SYMMETRY, 1, ["config.json and checkpoint.pt describe different runs",
      "norm: 'none' in config.json, 'instance' in checkpoint.pt", "Restore config.json"]),

@@ -20,13 +20,14 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     holds_run,
 )
+from ella.train import TrainConfig
 
 
 def write_config(directory, finished=True, **values):
     """A run directory with a config.json of ``values`` over a learned FC+CONV+GCONV mixer
     and, where ``finished``, a results.json: enough for the checks (candidates are fakes)."""
     directory.mkdir()
-    config = {"learn_priors": True, "prior_mean": "zero", "paths": ["fc", "conv", "gconv"]}
+    config = TrainConfig(paths=("fc", "conv", "gconv")).to_dict()
     (directory / "config.json").write_text(json.dumps({**config, **values}))
     if finished:
         (directory / "results.json").write_text("{}")
@@ -41,7 +42,7 @@ def write_config(directory, finished=True, **values):
         ({"prior_mean": "init"}, 5, ConfigError, "prior-mean init"),
         ({}, 0, ConfigError, "ella select --epochs"),
         ({"model": "cnn"}, 5, ConfigError, "--model mixer"),
-        ({"invariance": "learned"}, 5, ConfigError, "without --invariance"),
+        ({"invariance": "learned", "augment": "none"}, 5, ConfigError, "without --invariance"),
         ({"members": 2}, 5, RunDirectoryError, "ensemble run"),
         ({"finished": False}, 5, RunDirectoryError, "ella train --out .* --resume"),
     ],
@@ -445,7 +446,8 @@ def test_answer_before_a_selection_is_its_cost_at_the_runs_pace(tmp_path, monkey
 
 
 @pytest.mark.parametrize(
-    "values", [{"learn_priors": False}, {"paths": ["gconv"]}, {"invariance": "learned"}]
+    "values",
+    [{"learn_priors": False}, {"paths": ["gconv"]}, {"invariance": "learned", "augment": "none"}],
 )
 def test_no_answer_for_a_run_ella_select_cannot_take(tmp_path, values):
     assert selection.format_answer(write_config(tmp_path / "run", **values), {}) is None

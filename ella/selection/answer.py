@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ella.errors import EllaError
+from ella.errors import CheckpointError, EllaError
 from ella.io import atomic_write
 from ella.learner.report import counted, paths_label
 from ella.nn import PATH_KINDS, path_columns
@@ -303,6 +303,8 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
     """
     try:
         paths = check_selectable(run_dir, SELECT_EPOCHS)
+    except CheckpointError:  # a damaged file of the run is said, never passed over
+        raise
     except EllaError:
         return None
     per_layer = _per_layer_line(run_dir, results, len(paths))

@@ -116,11 +116,9 @@ def test_a_search_and_a_criterion_of_ones_own_run_resume_and_are_reported(
 
 
 def test_the_validation_criterion_needs_a_validation_split(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    config = {"learn_priors": True, "prior_mean": "zero", "paths": ["conv", "gconv"]}
-    (run / "config.json").write_text(json.dumps(config))
-    (run / "results.json").write_text("{}")
+    from tests.test_select import write_config
+
+    run = write_config(tmp_path / "run", paths=["conv", "gconv"])
     with pytest.raises(ConfigError, match="holds none: train it with a validation split"):
         selection.select(run, criterion="validation")
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "results.json"]
