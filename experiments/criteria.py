@@ -575,9 +575,24 @@ def build_payload(rows: list[dict], drop_rows: list[dict], seconds: float) -> di
                    if c in DROP_TRAINING_ONLY})  # fmt: skip
     if "1000" in found:
         same, pairs = found["1000"]["a_evidence"]["agrees_with_validation"]
-        claims["evidence_agreement"] = (
+        claims["evidence_agreement_single_path"] = (
             f"in record 0044 the evidence picked the held-out likelihood's choice between a "
             f"CONV-only and a GCONV-only network in {same} of {pairs} trainings (1,000 images)"
+        )
+    if "a_evidence" in dropped and "g_validation" in dropped:
+        a, g = dropped["a_evidence"], dropped["g_validation"]
+        # said beside every answer of the evidence (ella.selection.EVIDENCE_AGREEMENT)
+        claims["evidence_agreement"] = (
+            "in record 0044 the evidence dropped the path the data's symmetry predicts on "
+            f"both data sets at {a['both_ways']} of {len(a['seeds'])} seeds, a held-out "
+            f"likelihood at {g['both_ways']} of {len(g['seeds'])}: train with "
+            "--validation-size V and ella select scores by the held-out images"
+        )
+        # the pass rule's branch: the default criterion of a run with held-out images
+        claims["a training-only criterion passes both decisions"] = any(
+            dropped[c]["passes_ii"] and found.get("1000", {}).get(c, {}).get("passes_i", False)
+            for c in dropped
+            if c in DROP_TRAINING_ONLY
         )
     return {
         "command": "python -m experiments.criteria",

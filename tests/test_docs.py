@@ -330,6 +330,29 @@ def test_the_per_layer_reliability_is_the_one_its_results_give():
     assert payload["claims"]["per_layer_reliability"] == PER_LAYER_RELIABILITY
 
 
+def test_the_default_criterion_and_the_evidence_note_are_what_record_0044_found():
+    """The sentence beside every answer of the evidence, and the default criterion of a run
+    with held-out images, are what ``python -m experiments.criteria`` writes from the
+    committed results: no criterion of the training images passed both decisions, so the
+    held-out likelihood decides where the run holds images out."""
+    import json
+
+    from ella.selection import (
+        DEFAULT_CRITERION,
+        EVIDENCE_AGREEMENT,
+        HELD_OUT_CRITERION,
+        default_criterion,
+    )
+
+    claims = json.loads((ROOT / "experiments/results/criteria.json").read_text())["claims"]
+    assert claims["evidence_agreement"] == EVIDENCE_AGREEMENT
+    passes = claims["a training-only criterion passes both decisions"]
+    assert not passes, "record 0044's branch: make that criterion the default"
+    assert (
+        default_criterion(200) == HELD_OUT_CRITERION and default_criterion(0) == DEFAULT_CRITERION
+    )
+
+
 #: a results file named in prose: ``experiments/results/...`` or ``benchmarks/results/...``,
 #: optionally as it was at a commit (``git show SHA:path``)
 RESULTS_REFERENCE = re.compile(

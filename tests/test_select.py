@@ -292,7 +292,10 @@ def test_select_command_prints_the_selection_and_the_drops(tmp_path, monkeypatch
     assert main(["select", str(run), "--epochs", "3", "--drop-only"]) == 0  # round 1 reused
     out = capsys.readouterr().out
     plan, table = out.split("\n", 1)
-    assert plan == f"ella select {run} --drop-only trains 4 networks of 3 epochs in its one round"
+    assert plan == (
+        f"ella select {run} --drop-only trains 4 networks of 3 epochs in its one round; each "
+        "scored by log evidence (--criterion evidence)"
+    )
     assert table.startswith("path drops: each path at zero") and len(calls) == 7
     assert "the evidence would drop: FC, CONV (most: FC, +10 nats)" in out
     assert f"written: {run / PATH_DROPS}" in out
@@ -370,7 +373,8 @@ def test_answer_of_a_finished_selection_names_the_paths_and_each_drops_gain(tmp_
         "which paths the data need, by the evidence (ella select, 3 epochs per network): "
         "GCONV; dropped FC (+10 nats), then CONV (+10 nats); one training per candidate, so "
         "not decided (one seed measures no spread): asking with --seeds 3 trains 14 more "
-        "networks; test accuracy 50.00% (the whole network trained on alike: 50.00%)",
+        "networks; test accuracy 50.00% (the whole network trained on alike: 50.00%); "
+        f"{selection.EVIDENCE_AGREEMENT}",
         f"which paths each layer needs: not asked yet; ella select {run} --per-layer drops "
         "one path of one layer at a time: a network of 20 epochs per path of each layer in its "
         f"first round; {selection.PER_LAYER_RELIABILITY}",
@@ -405,7 +409,8 @@ def test_answer_says_what_keeping_every_path_costs_and_when_it_is_below_no_netwo
     answer = selection.format_answer(below, {})
     assert ": GCONV; dropped CONV (+500 nats); " in answer
     assert answer.splitlines()[0].endswith(
-        "; below no network's evidence, so a choice among networks, not against none"
+        "; below no network's evidence, so a choice among networks, not against none; "
+        + selection.EVIDENCE_AGREEMENT
     )
 
 
@@ -599,13 +604,14 @@ def test_select_says_what_it_will_train_and_dry_run_trains_nothing(tmp_path, mon
     assert capsys.readouterr().out == (
         f"ella select {run} trains 4 networks of 20 epochs at 2 seeds each in its first "
         "round, about 8 min at this run's pace (7 networks, 14 min, if it drops a path each "
-        "round)\n"
+        "round); each scored by log evidence (--criterion evidence)\n"
     )
     assert main(["select", str(run), "--dry-run", "--per-layer", "--epochs", "10"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(
         f"ella select {run} --per-layer trains 7 networks of 10 epochs in its first round, "
-        "about 4 min at this run's pace; in a miniature this selection agreed"
+        "about 4 min at this run's pace; each scored by log evidence (--criterion evidence); "
+        "in a miniature this selection agreed"
     )
     assert calls == [] and not (run / PATH_SELECTION).exists()  # nothing trained or written
     assert main(["select", str(run), "--dry-run", "--epochs", "0"]) == 1  # checked first
@@ -649,3 +655,22 @@ def test_a_finished_selection_shown_again_is_read_and_never_written(tmp_path, mo
     assert selection.select(run, epochs=3)["kept"] == first["kept"]
     assert selection.drop_each_path(run, 3)["rows"] == drops["rows"]
     assert files() == before
+
+
+@pytest.mark.parametrize(("validation_size", "expected"), [(0, "evidence"), (20, "validation")])
+def test_a_selection_naming_no_criterion_scores_by_the_held_out_images_where_the_run_has_them(
+    tmp_path, monkeypatch, validation_size, expected
+):
+    run = write_config(tmp_path / "run", validation_size=validation_size)
+    seen = []
+    fake = fake_train_on([])
+
+    def train_on(*args, criterion=None, **kwargs):
+        seen.append(criterion)
+        row, end = fake(*args, criterion=criterion, **kwargs)
+        return {**row, "validation_log_likelihood": -1.0}, end
+
+    monkeypatch.setattr(selection, "train_on", train_on)
+    record = selection.select(run, epochs=3, drop_only=True)
+    assert set(seen) == {expected}
+    assert record.get("criterion", selection.DEFAULT_CRITERION) == expected

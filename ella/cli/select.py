@@ -55,7 +55,7 @@ def print_selection(
     chosen = search_of(search, option="--search")
     criterion_of(criterion, "--criterion")
     check_seeds(seeds, "--seeds")
-    print(format_plan(run_dir, chosen.name, chosen.flag, epochs, seeds), flush=True)
+    print(format_plan(run_dir, chosen.name, chosen.flag, epochs, seeds, criterion), flush=True)
     if dry_run:
         return
     record = run_search(
@@ -116,7 +116,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="NAME",
         help="what scores a candidate, a registered criterion by name "
-        "(ella.selection.CRITERIA); default: evidence",
+        "(ella.selection.CRITERIA); default: validation, the held-out likelihood, where "
+        "the run holds images out (ella train --validation-size V), else evidence",
     )
     select.add_argument(
         "--seeds",

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader
 
 from ella.rundir import CONFIG, SELECT_EPOCHS, read_json, run_lock
 from ella.selection.answer import (
+    EVIDENCE_AGREEMENT,
     MORE_SEEDS,
     PER_LAYER_RELIABILITY,
     SHARES_NOTE,
@@ -56,6 +57,7 @@ from ella.selection.answer import (
     format_plan,
     format_spread,
     per_layer_outcome,
+    run_criterion,
     save_per_layer_figure,
     selection_cost,
     selection_rounds,
@@ -77,10 +79,12 @@ from ella.selection.candidates import (
 from ella.selection.criteria import (
     CRITERIA,
     DEFAULT_CRITERION,
+    HELD_OUT_CRITERION,
     Candidate,
     Criterion,
     check_validation,
     criterion_of,
+    default_criterion,
     register_criterion,
 )
 from ella.selection.fitted import check_fitted_selectable, select_fitted
@@ -126,10 +130,12 @@ __all__ = [
     "CONTROL",
     "CRITERIA",
     "DEFAULT_CRITERION",
+    "HELD_OUT_CRITERION",
     "DEFAULT_SEARCH",
     "KEPT_FIT",
     "LAYER_PATHS",
     "MORE_SEEDS",
+    "EVIDENCE_AGREEMENT",
     "PER_LAYER_RELIABILITY",
     "SEARCHES",
     "SHARES_NOTE",
@@ -147,6 +153,7 @@ __all__ = [
     "check_selectable",
     "collapsed",
     "criterion_of",
+    "default_criterion",
     "decision",
     "drop_each_path",
     "drop_gains",
@@ -243,8 +250,9 @@ def select(
         search: a registered search by name (:data:`SEARCHES`: ``"greedy"``, ``"drop"``,
             ``"per_layer"`` or one of :func:`register_search`); ``None``: the one
             ``drop_only`` and ``per_layer`` name, greedy by default.
-        criterion: a registered criterion by name (:data:`CRITERIA`); ``None``: the
-            evidence.
+        criterion: a registered criterion by name (:data:`CRITERIA`); ``None``:
+            :func:`default_criterion` (the held-out likelihood where the run holds
+            images out, else the evidence).
         seeds: train every candidate at this many seeds, the run's own first
             (:mod:`ella.selection.replicates`): a round drops a unit only where its gain
             over the control has one sign at every seed and exceeds two standard errors;
@@ -313,11 +321,13 @@ def run_search(
         ConfigError, RunDirectoryError: as :func:`check_selectable`, or a search or
             criterion not registered, or ``seeds`` not an int from 1 to 32.
     """
-    chosen, scorer = search_of(search), criterion_of(criterion)
+    chosen = search_of(search)
+    criterion_of(criterion)  # refused before the run is read
     check_seeds(seeds)
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     saved = read_json(run_dir / CONFIG, "run's configuration")
+    scorer = run_criterion(run_dir, criterion)
     check_validation(scorer, saved.get("validation_size", 0), f"the run {run_dir}")
     with run_lock(run_dir):
         units = run_groups(run_dir, data_dir) if chosen.kind.per_layer else paths

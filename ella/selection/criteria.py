@@ -6,13 +6,18 @@ the candidate's row under the criterion's :attr:`Criterion.key`. Every row also 
 Laplace log evidence of the tensors it keeps (``log_evidence``), its training log
 likelihood and its shares, which the collapse rule and the answers read whatever decides.
 
-``"evidence"`` (the default) is :func:`ella.marglik.kept_log_evidence` at the
-evidence-optimal precisions (MacKay, Neural Computation 1992); ``"validation"`` the log
-likelihood of the run's held-out images (``ella train --validation-size V``);
+``"evidence"`` is :func:`ella.marglik.kept_log_evidence` at the evidence-optimal
+precisions (MacKay, Neural Computation 1992); ``"validation"`` the log likelihood of the
+run's held-out images (``ella train --validation-size V``);
 ``"training_speed"`` minus the training NLL summed over the candidate's epochs. A criterion
 of one's own is a :class:`Criterion` passed to :func:`register_criterion`;
 ``ella select --criterion NAME`` and ``ella.select(..., criterion=NAME)`` then use it, and
 its records name it.
+
+A selection that names no criterion is scored by :func:`default_criterion`: the held-out
+likelihood where the run holds images out, the evidence otherwise: no criterion of the
+training images alone separated data with and without a symmetry as surely as the
+held-out likelihood did (the guide's defaults table gives the record).
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ from ella.marglik import LaplaceEvidence
 __all__ = [
     "CRITERIA",
     "DEFAULT_CRITERION",
+    "HELD_OUT_CRITERION",
     "Candidate",
     "Criterion",
     "check_validation",
     "criterion_of",
+    "default_criterion",
     "register_criterion",
 ]
 
@@ -102,8 +109,18 @@ def _validation(candidate: Candidate, batch_size: int = 500) -> dict[str, float]
     return {"validation_log_likelihood": total}
 
 
-#: the criterion of every selection that names none
+#: the criterion of a record that names none, and of a selection on a run without held-out
+#: images (:func:`default_criterion`)
 DEFAULT_CRITERION = "evidence"
+
+#: the criterion of a selection that names none, on a run with held-out images
+HELD_OUT_CRITERION = "validation"
+
+
+def default_criterion(validation_size: int) -> str:
+    """The criterion of a selection that names none: :data:`HELD_OUT_CRITERION` where the
+    run holds ``validation_size > 0`` images out, else :data:`DEFAULT_CRITERION`."""
+    return HELD_OUT_CRITERION if validation_size else DEFAULT_CRITERION
 
 
 #: the criteria by name
@@ -116,8 +133,8 @@ def _training_speed(candidate: Candidate) -> dict[str, float]:
 
 CRITERIA: dict[str, Criterion] = {
     DEFAULT_CRITERION: Criterion(DEFAULT_CRITERION, "log_evidence", "log evidence", _evidence),
-    "validation": Criterion(
-        "validation", "validation_log_likelihood", "val log lik", _validation, True
+    HELD_OUT_CRITERION: Criterion(
+        HELD_OUT_CRITERION, "validation_log_likelihood", "val log lik", _validation, True
     ),
     "training_speed": Criterion("training_speed", "training_speed", "train speed", _training_speed),
 }

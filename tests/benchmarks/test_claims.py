@@ -205,8 +205,8 @@ def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tm
         "analysis": {"1000": {"a_evidence": found(1.5, 900.0, 5, 0.125, 3),
                               "g_validation": found(12.0, 150.0, 5, 1.0, 5),
                               "h_training_speed": found(24.0, 13000.0, 5, 2.0, 5)}},
-        "drop_analysis": {"a_evidence": found(0.5, 400.0, 3),
-                          "g_validation": found(2.0, 4.0, 3)},
+        "drop_analysis": {"a_evidence": found(0.5, 400.0, 3, both=1),
+                          "g_validation": found(2.0, 4.0, 3, both=2)},
         "drop_rows": [],
         "noise": {"1000": {"seed_sd": {"total": 800.0}, "refit_sd": {"log_evidence": 95.0}}},
     }  # fmt: skip
@@ -215,7 +215,7 @@ def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tm
     rows = claims.criteria_table(tmp_path).splitlines()
     assert rows[2] == (
         "| the KFAC evidence (`evidence`) | training images | 1.5 (+900 ± 600, 5 seeds) | 12% | "
-        "3 of 5 seeds | 0.5 (+400 ± 800, 3 seeds) |"
+        "3 of 5 seeds | 0.5 (+400 ± 800, 3 seeds); right on both at 1 of 3 |"
     )
     assert rows[4].endswith("| 200% | 5 of 5 seeds | not computed |")  # h not in (ii)'s file
     assert "moved by 800 nats between seeds, 95 when refitted" in " ".join(rows)

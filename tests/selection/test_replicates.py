@@ -38,11 +38,9 @@ def test_seeds_are_checked_before_any_work(tmp_path):
 
 
 def fake_run(directory):
-    directory.mkdir()
-    config = {"learn_priors": True, "prior_mean": "zero", "paths": ["conv", "gconv"], "seed": 3}
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "results.json").write_text("{}")
-    return directory
+    from tests.test_select import write_config
+
+    return write_config(directory, paths=["conv", "gconv"], seed=3)
 
 
 #: per seed, the evidence of each candidate: dropping CONV gains +5 and +200 (one sign, not
