@@ -121,6 +121,7 @@ __all__ = [
     "clear_run_outputs",
     "foreign_entries",
     "holds_run",
+    "invalid_config",
     "lock_holder",
     "load_checkpoint",
     "new_run_directory",
@@ -519,6 +520,15 @@ _READ_FIXES = {
     CONFIG: "restore it from a copy (the run's checkpoint holds its configuration too)",
     RESULTS: RESULTS_FIX,
 }
+
+
+def invalid_config(path: Path, err: Exception) -> CheckpointError:
+    """The refusal of a saved configuration that does not build (``err``, the options'
+    own check), with what to do where ``err`` does not say it."""
+    message = f"{path} is not a valid configuration: {err}"
+    if "restore it" not in message:
+        message += f"; {_READ_FIXES[CONFIG]}"
+    return CheckpointError(message)
 
 
 def read_json(path: Path, what: str, schema: Any = None, fix: str = "") -> dict:

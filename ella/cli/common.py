@@ -34,6 +34,7 @@ from ella.options import Config, choice_type
 from ella.rundir import (
     CONFIG,
     check_run_directory,
+    invalid_config,
     new_run_directory,
     read_json,
     refuse_unusable_name,
@@ -194,7 +195,7 @@ def _resumed_config(out: Path, args: argparse.Namespace, config_cls: type[Config
     try:
         saved = config_cls.from_dict(saved_dict)
     except ConfigError as err:
-        raise CheckpointError(f"{path} is not a valid configuration: {err}") from None
+        raise invalid_config(path, err) from None
     given = given_options(args, config_cls)
     new = dataclasses.replace(saved, **given)  # validates the new values
     changed = [

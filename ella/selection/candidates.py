@@ -22,13 +22,13 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ella.choices import GGN, InvarianceMethod, ModelName, PriorMean
-from ella.errors import CheckpointError, ConfigError, RunDirectoryError
+from ella.errors import ConfigError, RunDirectoryError
 from ella.io import load_torch
 from ella.learner import PriorLearner
 from ella.learner.report import mean_shares
 from ella.marglik import class_frequency_model, kept_log_evidence
 from ella.nn import PATH_KINDS
-from ella.rundir import CHECKPOINT, CONFIG, RESULTS, read_json
+from ella.rundir import CHECKPOINT, CONFIG, RESULTS, invalid_config, read_json
 from ella.selection.criteria import Candidate, Criterion, criterion_of
 from ella.selection.units import dropped_flags, layer_groups
 from ella.train.alternating import AlternatingRun
@@ -97,7 +97,7 @@ def check_selectable(run_dir: str | Path, epochs: int) -> list[str]:
     try:
         TrainConfig.from_dict(config)
     except ConfigError as err:  # a file of the run, not an option the caller gave
-        raise CheckpointError(f"{run_dir / CONFIG} is not a valid configuration: {err}") from None
+        raise invalid_config(run_dir / CONFIG, err) from None
     learn, mean = config.get("learn_priors", False), config.get("prior_mean", PriorMean.ZERO)
     refuse_unless_learned(run_dir, learn, mean, "select")
     model = config.get("model", "mixer")

@@ -13,7 +13,14 @@ from ella.data import ImageData
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
 from ella.migrations import upgrade
-from ella.rundir import CHECKPOINT, CONFIG, RESULTS, config_differences, read_json
+from ella.rundir import (
+    CHECKPOINT,
+    CONFIG,
+    RESULTS,
+    config_differences,
+    invalid_config,
+    read_json,
+)
 from ella.train.config import TrainConfig
 from ella.train.loop import Trainer
 
@@ -63,7 +70,7 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
     try:
         config = TrainConfig.from_dict(saved)
     except ConfigError as err:
-        raise CheckpointError(f"{path} is not a valid configuration: {err}") from None
+        raise invalid_config(path, err) from None
     # analysis runs on the CPU from wherever the data now is
     config = dataclasses.replace(config, device="cpu", progress=False)
     if data_dir is not None:
