@@ -541,13 +541,38 @@ def test_a_record_of_other_epochs_is_not_replaced_unasked(tmp_path, monkeypatch,
 def test_the_answer_tells_a_running_selection_from_a_stopped_one(tmp_path, monkeypatch):
     """While another process holds the run directory, an unfinished selection is running;
     once it is gone, the same record is a selection that stopped."""
-    import subprocess
-    import sys
 
     run = write_config(tmp_path / "run")
+    fresh = write_config(tmp_path / "fresh")  # held before its first record is written
     monkeypatch.setattr(selection, "train_on", fake_train_on([], interrupt_at=2))
     with pytest.raises(KeyboardInterrupt):
         selection.select_paths(run, 3)
+    holders = [hold(run), hold(fresh)]
+    try:
+        first = selection.format_answer(run, {}).splitlines()[0]
+        assert first == (
+            f"which paths the data need: a selection is running (in round 1; pid "
+            f"{holders[0].pid} holds the run directory)"
+        )
+        first = selection.format_answer(fresh, {}).splitlines()[0]
+        assert first == (
+            f"which paths the data need: not answered yet; pid {holders[1].pid} holds the run "
+            "directory, and a selection writes its record after its first network"
+        )
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    first = selection.format_answer(run, {}).splitlines()[0]
+    assert "a selection stopped in round 1; ella select" in first
+    assert "not asked yet" in selection.format_answer(fresh, {})
+
+
+def hold(run):
+    """A process that holds ``run``'s lock until killed (started once it holds it)."""
+    import subprocess
+    import sys
+
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
          "from ella.rundir import run_lock\n"
@@ -555,18 +580,8 @@ def test_the_answer_tells_a_running_selection_from_a_stopped_one(tmp_path, monke
          str(run)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        first = selection.format_answer(run, {}).splitlines()[0]
-        assert first == (
-            f"which paths the data need: a selection is running (in round 1; pid {holder.pid} "
-            "holds the run directory)"
-        )
-    finally:
-        holder.kill()
-        holder.wait()
-    first = selection.format_answer(run, {}).splitlines()[0]
-    assert "a selection stopped in round 1; ella select" in first
+    assert holder.stdout.readline().strip() == "held"
+    return holder
 
 
 def test_decision_of_one_seed_decides_nothing_and_prices_more_seeds_at_the_rows_pace():

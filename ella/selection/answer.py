@@ -341,7 +341,18 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
             f"which paths the data need: not asked yet; ella select {run_dir} asks {asks}, "
             f"training the network with and without each path: {cost}"
         )
+        holder = lock_holder(Path(run_dir))
+        if holder is not None:  # a selection before its first record, or a resumed run
+            line = (
+                f"which paths the data need: not answered yet; {_holding(holder)}, and a "
+                "selection writes its record after its first network"
+            )
     return f"{line}\n{per_layer}\n{SHARES_NOTE}"
+
+
+def _holding(holder: str) -> str:
+    """That another process holds the run directory (:func:`ella.rundir.lock_holder`)."""
+    return f"pid {holder} holds the run directory"
 
 
 def _drops_line(run_dir: str | Path, drops: dict, n_paths: int) -> str:
@@ -355,7 +366,7 @@ def _drops_line(run_dir: str | Path, drops: dict, n_paths: int) -> str:
     if len(rows) < n_paths + 1:
         holder = lock_holder(Path(run_dir))
         state = (
-            f"running (pid {holder} holds the run directory)"
+            f"running ({_holding(holder)})"
             if holder is not None
             else f"stopped; ella select {run_dir} --drop-only{flags} resumes it"
         )
@@ -380,10 +391,7 @@ def _unfinished(run_dir: str | Path, record: dict, which: str, what: str, flag: 
     rounds = len(record["rounds"])
     holder = lock_holder(Path(run_dir))
     if holder is not None:
-        return (
-            f"which paths {which}: {what} is running (in round {rounds}; pid {holder} holds "
-            "the run directory)"
-        )
+        return f"which paths {which}: {what} is running (in round {rounds}; {_holding(holder)})"
     epochs = "" if record["epochs"] == SELECT_EPOCHS else f" --epochs {record['epochs']}"
     return (
         f"which paths {which}: {what} stopped in round {rounds}; ella select "
