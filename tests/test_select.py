@@ -11,7 +11,7 @@ from torch import nn
 import ella
 from ella import selection
 from ella.cli import main
-from ella.errors import ConfigError, RunDirectoryError
+from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
 from ella.rundir import (
     PATH_DROPS,
@@ -689,3 +689,18 @@ def test_a_selection_naming_no_criterion_scores_by_the_held_out_images_where_the
     record = selection.select(run, epochs=3, drop_only=True)
     assert set(seen) == {expected}
     assert record.get("criterion", selection.DEFAULT_CRITERION) == expected
+
+
+def test_drops_with_overwrite_are_not_held_back_by_a_damaged_selection_record(
+    tmp_path, monkeypatch
+):
+    """``--drop-only`` reuses a greedy record's first round; a damaged one is refused
+    naming both fixes, and ``overwrite=True`` trains the drops without it, leaving it be."""
+    run = write_config(tmp_path / "run")
+    (run / PATH_SELECTION).write_text('{"epochs": 3, "rounds": [')
+    monkeypatch.setattr(selection, "train_on", fake_train_on([]))
+    with pytest.raises(CheckpointError, match="restore it.*or add --overwrite to ella select"):
+        selection.select(run, epochs=3, drop_only=True)
+    record = selection.select(run, epochs=3, drop_only=True, overwrite=True)
+    assert len(record["rows"]) == 4
+    assert (run / PATH_SELECTION).read_text() == '{"epochs": 3, "rounds": ['

@@ -220,10 +220,18 @@ class DropSearch(Search):
 
         done: dict[str, dict] = {}
         selection = run_dir / self.reuses.record if self.reuses else None
+        earlier = None
         if selection is not None and selection.is_file():
-            earlier = read_selection(selection, "earlier path selection")
-            if settings(earlier) == settings(head) and earlier.get("rounds"):
-                done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
+            try:
+                earlier = read_selection(selection, "earlier path selection")
+            except CheckpointError as err:
+                if not overwrite:  # only reused: --overwrite trains the drops without it
+                    raise CheckpointError(
+                        f"{err}; or add --overwrite to ella select --drop-only to train the "
+                        "drops without reusing its first round"
+                    ) from None
+        if earlier is not None and settings(earlier) == settings(head) and earlier.get("rounds"):
+            done = {row["dropped"]: row for row in earlier["rounds"][0]["rows"]}
         path = run_dir / self.files.record
         if path.is_file():
             earlier = read_drops(path)
