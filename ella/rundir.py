@@ -325,7 +325,14 @@ def stopped_before_checkpoint(out: Path) -> bool:
 
 
 def _unwritable(out: Path, err: OSError) -> RunDirectoryError:
-    return RunDirectoryError(f"cannot write to the run directory {out}: {err.strerror or err}")
+    """The refusal of a run directory this process cannot write into, with what still
+    works: a finished run is read without writing (``ella report``)."""
+    fix = "fix its permissions, or run as its owner"
+    if (Path(out) / RESULTS).is_file():
+        fix += f"; ella report {out} reads the finished run (and its selections) without writing"
+    return RunDirectoryError(
+        f"cannot write to the run directory {out}: {err.strerror or err}; {fix}"
+    )
 
 
 def check_run_directory(out: Path, *, resume: bool, overwrite: bool) -> None:

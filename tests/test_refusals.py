@@ -585,3 +585,22 @@ def test_a_killed_run_leaves_no_stale_lock(tmp_path, capsys):
     assert main(["train", "--out", str(out), *TINY, "--overwrite"]) == 0
     assert "in use" not in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text())["epochs"] == 1
+
+
+def test_a_finished_run_it_cannot_write_into_names_what_still_works(run, capsys, monkeypatch):
+    """Someone else's finished run (read-only here): ``--resume`` is refused as unwritable,
+    naming ``ella report RUN``, which reads it without writing."""
+    real = Path.write_bytes
+
+    def denied(self, *args, **kwargs):
+        if self.name.startswith(".ella-write-test"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_bytes", denied)
+    before = snapshot(run)
+    refused(capsys, ["train", "--out", str(run), "--resume"], 1,
+            "cannot write to the run directory", "Permission denied",
+            f"ella report {run} reads the finished run")  # fmt: skip
+    assert snapshot(run) == before
+    assert main(["report", str(run)]) == 0
