@@ -131,6 +131,7 @@ __all__ = [
     "remove_orphan_temporaries",
     "resume_note",
     "run_lock",
+    "saved_run_dict",
     "stopped_before_checkpoint",
 ]
 
@@ -444,10 +445,16 @@ def config_differences(saved: dict, config: Config) -> list[str]:
     it was saved counts as what ella did before the option existed
     (:func:`ella.migrations.upgrade`): its default, unless :data:`ella.migrations.ABSENT_MEANS`
     says otherwise."""
-    want = config.run_dict()
-    saved = upgrade(saved, type(config))
-    defaults = type(config)().run_dict()
-    return sorted(k for k in want if saved.get(k, defaults.get(k)) != want[k])
+    want, theirs = config.run_dict(), saved_run_dict(saved, type(config))
+    return sorted(k for k in want if theirs.get(k) != want[k])
+
+
+def saved_run_dict(saved: dict, config_cls: type[Config]) -> dict:
+    """The options that define the run (:meth:`~ella.options.Config.run_dict`) of a saved
+    configuration, an option it lacks as what it meant then (:func:`ella.migrations.upgrade`,
+    else its default)."""
+    saved = upgrade(saved, config_cls)
+    return {k: saved.get(k, default) for k, default in config_cls().run_dict().items()}
 
 
 #: a parameter of an FC path in the layout of one tensor per channel (ella 0.2 and earlier)

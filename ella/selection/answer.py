@@ -331,21 +331,22 @@ def format_answer(run_dir: str | Path, results: dict) -> str | None:
     if drops.get("rows"):
         line = _drops_line(run_dir, drops, len(paths))
     else:
-        scorer = run_criterion(run_dir)
-        asks = (
-            "the evidence"
-            if scorer.name == DEFAULT_CRITERION
-            else (f"{scorer.label} (--criterion {scorer.name})")
-        )
-        line = (
-            f"which paths the data need: not asked yet; ella select {run_dir} asks {asks}, "
-            f"training the network with and without each path: {cost}"
-        )
         holder = lock_holder(Path(run_dir))
         if holder is not None:  # a selection before its first record, or a resumed run
             line = (
                 f"which paths the data need: not answered yet; {_holding(holder)}, and a "
                 "selection writes its record after its first network"
+            )
+        else:
+            scorer = run_criterion(run_dir)
+            asks = (
+                "the evidence"
+                if scorer.name == DEFAULT_CRITERION
+                else f"{scorer.label} (--criterion {scorer.name})"
+            )
+            line = (
+                f"which paths the data need: not asked yet; ella select {run_dir} asks "
+                f"{asks}, training the network with and without each path: {cost}"
             )
     return f"{line}\n{per_layer}\n{SHARES_NOTE}"
 

@@ -12,7 +12,6 @@ from ella.choices import PriorMean
 from ella.data import ImageData
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
 from ella.io import load_torch
-from ella.migrations import upgrade
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -20,6 +19,7 @@ from ella.rundir import (
     config_differences,
     invalid_config,
     read_json,
+    saved_run_dict,
 )
 from ella.train.config import TrainConfig
 from ella.train.loop import Trainer
@@ -120,11 +120,9 @@ def check_files_agree(run_dir: Path, config: TrainConfig, checkpoint: object) ->
         changed = config_differences(other, config)
         if not changed:
             continue
-        theirs = upgrade(other, TrainConfig)
-        default = TrainConfig().run_dict()
+        theirs = saved_run_dict(other, TrainConfig)
         values = "; ".join(
-            f"{key}: {want[key]!r} in {CONFIG}, {theirs.get(key, default.get(key))!r} in {name}"
-            for key in changed
+            f"{key}: {want[key]!r} in {CONFIG}, {theirs[key]!r} in {name}" for key in changed
         )
         raise CheckpointError(
             f"{run_dir}: {CONFIG} and {name} describe different runs ({values}); the "
