@@ -29,7 +29,7 @@ from torch import nn
 
 from ella.choices import InvarianceMethod, PriorMean
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError, error_summary
-from ella.io import load_torch, save_torch
+from ella.io import load_state, load_torch, save_torch
 from ella.marglik.effective import split_name, switched_off_paths
 from ella.nn import RelaxedLayer
 from ella.rundir import CONFIG, EXPORT_THRESHOLD, EXPORTED, RESULTS, RESULTS_FIX, read_json
@@ -211,8 +211,8 @@ def load_exported(
     run = load_run(run_dir, data_dir)
     try:
         net = without_paths(run.net, saved["dropped"])
-        net.load_state_dict(saved["model"])
-    except (ConfigError, KeyError, RuntimeError) as err:
+        load_state(net, saved["model"])
+    except (ConfigError, KeyError, TypeError, RuntimeError) as err:
         raise CheckpointError(
             f"{path} is not an export of {run_dir}'s network ({error_summary(err)}); {fix}"
         ) from None

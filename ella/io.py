@@ -236,3 +236,28 @@ def _checked_digest(loaded: Any, path: Path, fix: str) -> Any:
             f"damaged or edited after writing); {fix}"
         )
     return loaded
+
+
+def load_state(module: torch.nn.Module, state: Any) -> None:
+    """``module.load_state_dict(state)`` once every entry of ``state`` has the dtype and
+    shape of the module's own (``load_state_dict`` would cast an int32 tensor silently).
+
+    Raises:
+        TypeError: ``state`` is not a mapping, or an entry is not a tensor or has another
+            dtype; the message names the entry. Callers word it with their file and fix.
+        RuntimeError: entries missing, unexpected or of another shape (``load_state_dict``'s
+            own message).
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"the weights are a {type(state).__name__}, not a dict of tensors")
+    for name, own in module.state_dict().items():
+        if name not in state:
+            continue  # load_state_dict names every missing entry at once
+        value = state[name]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} is a {type(value).__name__}, not a tensor")
+        if value.dtype != own.dtype:
+            raise TypeError(
+                f"{name} is {value.dtype} where the network has {own.dtype} {tuple(own.shape)}"
+            )
+    module.load_state_dict(state)

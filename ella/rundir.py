@@ -327,12 +327,21 @@ def stopped_before_checkpoint(out: Path) -> bool:
 
 def _unwritable(out: Path, err: OSError) -> RunDirectoryError:
     """The refusal of a run directory this process cannot write into, with what still
-    works: a finished run is read without writing (``ella report``)."""
-    fix = "fix its permissions, or run as its owner"
-    if (Path(out) / RESULTS).is_file():
-        fix += f"; ella report {out} reads the finished run (and its selections) without writing"
+    works: a finished run is read without writing (``ella report`` on the command line,
+    ``load_run`` and its ``results.json`` in Python)."""
+    refusal = (
+        f"cannot write to the run directory {out}: {err.strerror or err}; fix its "
+        "permissions, or run as its owner"
+    )
+    if not (Path(out) / RESULTS).is_file():
+        return RunDirectoryError(refusal)
     return RunDirectoryError(
-        f"cannot write to the run directory {out}: {err.strerror or err}; {fix}"
+        f"{refusal}; ella.train.runs.load_run({str(out)!r}) and its {RESULTS} read the "
+        "finished run without writing",
+        command_line=(
+            f"{refusal}; ella report {out} reads the finished run (and its selections) "
+            "without writing"
+        ),
     )
 
 

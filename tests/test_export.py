@@ -11,6 +11,7 @@ import torch
 from ella.cli import main
 from ella.errors import CheckpointError, ConfigError
 from ella.export import load_exported, switched_off, without_paths
+from ella.io import save_torch
 from ella.models import mixer
 from ella.nn import RelaxedLayer
 from ella.testing import assert_equivariant
@@ -99,6 +100,10 @@ def test_ella_export_drops_the_residual_a_run_switched_off(tmp_path, capsys):
     exported["model"][name] = exported["model"][name].to(torch.int32)
     torch.save(exported, run / "exported.pt")
     with pytest.raises(CheckpointError, match="does not match.*ella export"):
+        load_exported(run)
+    # the same cast in a file that is whole (its checksum written again) is refused by name
+    save_torch(exported, run / "exported.pt")
+    with pytest.raises(CheckpointError, match=f"{name} is torch.int32 where the network has"):
         load_exported(run)
     # and a checkpoint with flipped bits is refused before anything is exported
     flip_bits_in_tensor_data(run / "checkpoint.pt")

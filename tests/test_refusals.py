@@ -23,10 +23,11 @@ import torch
 
 from ella.cli import main
 from ella.engine.recipe import OPTIMUM_STEP
+from ella.errors import RunDirectoryError
 from ella.groups import MAX_ROTATIONS
 from ella.io import load_torch, save_jsonl, save_torch, strict_json
 from ella.options import MAX_SEED
-from ella.rundir import LOCK, run_lock
+from ella.rundir import LOCK, check_run_directory, run_lock
 from ella.train import TrainConfig
 from tests.cli_runs import TINY, refused, snapshot
 from tests.test_io import flip_bits_in_tensor_data
@@ -413,6 +414,36 @@ def test_an_interrupt_says_whether_there_is_a_checkpoint(tmp_path, capsys, monke
     refused(capsys, [*argv, "--overwrite"], 130, "checkpoint is kept", "with --resume to go on")
 
 
+def test_a_checkpoint_with_a_weight_whose_square_overflows_is_refused_as_such(
+    tmp_path, capsys, monkeypatch
+):
+    """A checkpoint holding a bias of 1e38 (whole: its checksum written again, as a diverged
+    run would leave it) resumes to a refusal that blames the weight, not the priors, keeps
+    the checkpoint and writes no results."""
+    from ella.train.loop import Trainer
+
+    out, train_epoch = tmp_path / "r", Trainer.train_epoch
+
+    def stop_in_epoch_2(self):
+        if self.state.epoch + 1 == 2:
+            raise KeyboardInterrupt
+        return train_epoch(self)
+
+    argv = ["train", "--out", str(out), *TINY, "--epochs", "3"]
+    monkeypatch.setattr(Trainer, "train_epoch", stop_in_epoch_2)
+    refused(capsys, argv, 130, "checkpoint is kept")
+    monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
+    checkpoint = load_torch(out / "checkpoint.pt")
+    bias = [name for name in checkpoint["model"] if name.endswith("bias")][-1]
+    checkpoint["model"][bias] = torch.full_like(checkpoint["model"][bias], 1e38)
+    save_torch(checkpoint, out / "checkpoint.pt")
+    before = (out / "checkpoint.pt").read_bytes()
+    needles = ("became inf", "A weight is 1e+38, whose square overflows", "not the priors")
+    refused(capsys, ["train", "--out", str(out), "--resume"], 1, *needles)
+    assert (out / "checkpoint.pt").read_bytes() == before
+    assert not (out / "results.json").exists()
+
+
 def test_a_refused_run_leaves_no_empty_default_directory(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ["train", *TINY, "--dataset", "mnist", "--data-dir", str(tmp_path / "nothing")]
@@ -604,3 +635,9 @@ def test_a_finished_run_it_cannot_write_into_names_what_still_works(run, capsys,
             f"ella report {run} reads the finished run")  # fmt: skip
     assert snapshot(run) == before
     assert main(["report", str(run)]) == 0
+    # from Python (ella.fit and train(..., overwrite=True) ask the same check), the same
+    # refusal names what works in Python
+    with pytest.raises(RunDirectoryError) as caught:
+        check_run_directory(run, resume=False, overwrite=True)
+    assert f"load_run('{run}')" in str(caught.value) and "ella report" not in str(caught.value)
+    assert snapshot(run) == before

@@ -1,9 +1,11 @@
 """ella.schemas, and every file ella reads back under generated corruptions.
 
 The property (hypothesis, seeded): a file of a finished tiny run, corrupted (a value of
-another JSON type, a key removed or added, the text cut short, random bytes), is either read
-to the same answer as the original or refused with one error that names the file; never a
-raw exception, and never a different answer printed with exit status 0.
+another JSON type, a key removed or added, the text cut short, random bytes; in a ``.pt``
+file also flipped bits in a tensor's bytes and a tensor cast to another dtype, with its
+checksum left or written again), is either read to the same answer as the original or
+refused with one error that names the file; never a raw exception, and never a different
+answer printed with exit status 0.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import io
 import json
 import random
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from hypothesis import strategies as st
 from ella.cli import main
 from ella.errors import CheckpointError, EllaError
 from ella.export import load_exported
+from ella.io import DIGEST_KEY, values_digest
 from ella.schemas import (
     FINITE,
     NUMBER,
@@ -174,6 +178,50 @@ def _json_file(path: Path):
     )
 
 
+def _tensor_records(original: bytes) -> list[tuple[int, int]]:
+    """``(start, size)`` of each tensor's bytes in a torch file (an uncompressed zip)."""
+    found = []
+    with zipfile.ZipFile(io.BytesIO(original)) as archive:
+        for record in archive.infolist():
+            if "/data/" in record.filename and record.file_size:
+                head = record.header_offset
+                name_len, extra_len = (
+                    int.from_bytes(original[head + k : head + k + 2], "little") for k in (26, 28)
+                )
+                found.append((head + 30 + name_len + extra_len, record.file_size))
+    return found
+
+
+#: the dtypes a tensor is cast to
+CASTS = [torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.uint8]
+
+
+@st.composite
+def torch_damage(draw, original: bytes, decode, encode):
+    """``(what, where, bytes)``: the torch file ``original`` with flipped bits in one tensor's
+    bytes, or one tensor cast to another dtype, its checksum (:data:`DIGEST_KEY`) left as it
+    was or written again (a file that is whole but holds a tensor of the wrong dtype)."""
+    if draw(st.booleans()):
+        start, size = draw(st.sampled_from(_tensor_records(original)))
+        seed, bits = draw(st.integers(0, 2**32 - 1)), draw(st.integers(1, 20))
+        rng, raw = random.Random(seed), bytearray(original)
+        for _ in range(bits):
+            raw[start + rng.randrange(size)] ^= 1 << rng.randrange(8)
+        return f"{bits} bits flipped (seed {seed})", (), bytes(raw)
+    data = decode(original)
+    places = [p for p in _places(data) if isinstance(_parent(data, p)[p[-1]], torch.Tensor)]
+    place = draw(st.sampled_from(places))
+    parent = _parent(data, place)
+    dtype = draw(st.sampled_from([d for d in CASTS if d != parent[place[-1]].dtype]))
+    parent[place[-1]] = parent[place[-1]].to(dtype)
+    rewritten = draw(st.booleans()) and DIGEST_KEY in data
+    if rewritten:
+        data.pop(DIGEST_KEY)
+        data[DIGEST_KEY] = values_digest(data)
+    checksum = "written again" if rewritten else "left"
+    return f"{place} cast to {dtype}, checksum {checksum}", place, encode(data)
+
+
 def _torch_file(path: Path):
     original = path.read_bytes()
 
@@ -185,7 +233,9 @@ def _torch_file(path: Path):
         torch.save(d, buffer)
         return buffer.getvalue()
 
-    return original, corruptions(original, decode, encode)
+    return original, st.one_of(
+        corruptions(original, decode, encode), torch_damage(original, decode, encode)
+    )
 
 
 PROPERTY = settings(
@@ -272,27 +322,37 @@ def test_a_corrupted_file_is_read_alike_or_refused_by_name(selected_run, tmp_pat
     read()
 
 
+#: per torch file kind of a run: the command that reads it (RUN: the run); the export is
+#: read by ella.load_exported, below
+TORCH_READERS = {
+    # the checkpoint of a finished run, read by --resume (which loads and checks it)
+    "checkpoint.pt": ["train", "--out", "RUN", "--resume", "--no-progress"],
+    # the selected network, read when the finished selection is shown again
+    "path_selection.pt": ["select", "RUN", "--epochs", "1", "--no-progress"],
+}
+
+
 @pytest.mark.slow
-def test_a_corrupted_checkpoint_is_resumed_alike_or_refused_by_name(selected_run, tmp_path):
-    """The checkpoint of a finished run, read by --resume (which loads and checks it)."""
+@pytest.mark.parametrize("name", sorted(TORCH_READERS))
+def test_a_corrupted_torch_file_is_read_alike_or_refused_by_name(selected_run, tmp_path, name):
     scratch = tmp_path / "run"
-    argv = ["train", "--out", str(scratch), "--resume", "--no-progress"]
+    argv = [str(scratch) if a == "RUN" else a for a in TORCH_READERS[name]]
     shutil.copytree(selected_run, scratch)
     expected = ella(argv)
     assert expected[0] == 0, expected[2]
-    original, strategy = _torch_file(selected_run / "checkpoint.pt")
+    original, strategy = _torch_file(selected_run / name)
 
     @PROPERTY
     @given(strategy)
     def read(corruption):
         what, _, data = corruption
-        (scratch / "checkpoint.pt").write_bytes(data)
+        (scratch / name).write_bytes(data)
         code, out, err = ella(argv)
         assert "Traceback" not in err, (what, err)
         if code == 0:
             assert out == expected[1], (what, out)
         else:
-            assert code == 1 and "checkpoint.pt" in err, (what, err)
+            assert code == 1 and name in err, (what, err)
 
     read()
 

@@ -344,3 +344,119 @@ def test_setup_refuses_a_cut_lock_before_installing(tmp_path, cut):
     assert line.startswith("[setup] constraints.txt is not the whole lock: "), line
     assert "git checkout constraints.txt" in line and "bash tools/lock.sh" in line
     assert not venv.exists()
+
+
+# ----------------------------------------------------------- the site works offline
+def offline_hook():
+    path = ROOT / "tools" / "mkdocs_offline.py"
+    spec = importlib.util.spec_from_file_location("mkdocs_offline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+OFFLINE = offline_hook()
+
+
+@pytest.mark.parametrize(
+    ("html", "found"),
+    [
+        (
+            '<script src="https://cdn.example/mathjax.js"></script>',
+            "https://cdn.example/mathjax.js",
+        ),
+        ("<script defer src=//cdn.example/a.js></script>", "//cdn.example/a.js"),
+        (
+            '<link rel="stylesheet" href="https://fonts.googleapis.com/css?f=Roboto">',
+            "https://fonts.googleapis.com/css?f=Roboto",
+        ),
+        (
+            '<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>',
+            "https://fonts.gstatic.com",
+        ),
+        (
+            '<script type="module">import mermaid from "https://cdnjs.example/m.mjs";</script>',
+            "https://cdnjs.example/m.mjs",
+        ),
+        (
+            "<script>const m = await import('http://cdn.example/x.js')</script>",
+            "http://cdn.example/x.js",
+        ),
+        (
+            "<style>@import url('https://fonts.example/f.css');</style>",
+            "https://fonts.example/f.css",
+        ),
+    ],
+)
+def test_a_load_from_another_host_is_found(html, found):
+    assert OFFLINE.external_loads(f"<html><head>{html}</head></html>") == [found]
+
+
+def test_what_the_site_serves_itself_and_links_the_reader_follows_are_not_loads():
+    html = (
+        '<script src="../javascripts/mathjax/tex-mml-chtml.js"></script>'
+        '<link rel="stylesheet" href="assets/stylesheets/main.css">'
+        '<link rel="canonical" href="https://ella.example/guide/">'
+        '<a href="https://github.com/aleximmer/Laplace">laplace-torch</a>'
+        "<pre>from ella import fit</pre>"
+    )
+    assert OFFLINE.external_loads(html) == []
+
+
+def site_like_ours(tmp_path: Path, page: str) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of a one-page site with mkdocs.yml's theme, hooks,
+    mathematics and scripts."""
+    ours = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    site = tmp_path / "site"
+    (site / "docs" / "javascripts").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "javascripts" / "mathjax.js", site / "docs" / "javascripts")
+    (site / "docs" / "index.md").write_text(page)
+    config = {key: ours[key] for key in ("theme", "markdown_extensions", "extra_javascript")}
+    config |= {
+        "site_name": "offline",
+        "strict": True,
+        "hooks": [str(ROOT / "tools" / "mkdocs_offline.py")],
+        "plugins": ["search"],
+    }
+    (site / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_site_serves_its_own_mathjax_and_loads_nothing_from_outside(tmp_path):
+    built = site_like_ours(tmp_path, "# Maths\n\nThe group's order \\(\\lvert G\\rvert\\).\n")
+    assert built.returncode == 0, built.stderr
+    out = tmp_path / "out"
+    page = (out / "index.html").read_text()
+    assert "arithmatex" in page
+    scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
+    assert "javascripts/mathjax/tex-mml-chtml.js" in scripts, scripts
+    assert (out / OFFLINE.SCRIPT).is_file()
+    fonts = list((out / OFFLINE.SITE_DIR / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert len(fonts) > 10  # the CHTML output's TeX fonts, which it loads on demand
+    assert (out / OFFLINE.SITE_DIR / "input" / "tex" / "extensions" / "ams.js").is_file()
+    for html in out.rglob("*.html"):
+        assert OFFLINE.external_loads(html.read_text()) == [], html
+
+
+def test_a_page_that_loads_from_another_host_fails_the_build_by_name(tmp_path):
+    page = '# Page\n\n<script src="https://cdn.example/widget.js"></script>\n'
+    built = site_like_ours(tmp_path, page)
+    assert built.returncode != 0
+    assert "index.html: https://cdn.example/widget.js" in built.stderr, built.stderr
+
+
+LOADER = '<script type="module">\n  const m = await import("https://cdn.example/mermaid.mjs");\n</script>'
+
+
+def test_a_page_without_a_diagram_loses_nbconverts_mermaid_loader():
+    page = f"<head>{LOADER}</head><body><p>a notebook</p></body>"
+    assert OFFLINE.on_post_page(page, None, None) == "<head></head><body><p>a notebook</p></body>"
+    with_diagram = f'<head>{LOADER}</head><body><div class="jp-Mermaid"><pre>a</pre></div></body>'
+    assert OFFLINE.on_post_page(with_diagram, None, None) == with_diagram  # the build says so
+    assert OFFLINE.external_loads(with_diagram) == ["https://cdn.example/mermaid.mjs"]

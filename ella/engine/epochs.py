@@ -403,6 +403,17 @@ class EpochRun(abc.ABC):
             self._raise_non_finite(int(values[0]), bool(values[1]), bool(values[2]), values[3])
         return dict(zip(keys, values[len(shown) :], strict=True))
 
+    def _overflowing_weight(self) -> float | None:
+        """The largest weight magnitude where its square overflows the weights' dtype (the
+        prior term overflowed through the weights, not the precisions), else None."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        params = [p for p in params if p.is_floating_point() and p.numel()]
+        if not params:
+            return None
+        largest = max(float(p.detach().abs().max()) for p in params)
+        limit = min(torch.finfo(p.dtype).max for p in params) ** 0.5
+        return largest if largest >= limit else None
+
     def _raise_non_finite(self, step: int, bad_input: bool, bad_prior: bool, value: float):
         if bad_input:
             raise InputDataError("the input data contains NaN or infinite values")
@@ -410,8 +421,13 @@ class EpochRun(abc.ABC):
         if bad_prior:
             what = f"prior term 1/2 sum delta theta^2 / N of the {what}"
             learned = any("log_marglik" in row for row in self.state.metrics)
+            weight = self._overflowing_weight()
             hint = (
-                "The learned prior precisions grew too large: try a smaller --prior-step "
+                f"A weight is {weight:.3g}, whose square overflows: the weights diverged, not "
+                "the priors, or the checkpoint the run resumed from holds such a weight; start "
+                "again with --overwrite, or try a smaller --lr."
+                if weight is not None
+                else "The learned prior precisions grew too large: try a smaller --prior-step "
                 "(or --lr-hyp with --prior-update adam), or more --n-epochs-burnin."
                 if learned
                 else "The prior precision is too large for these weights: use a smaller "

@@ -54,7 +54,7 @@ from ella.engine.schedule import (
     no_round_note,
 )
 from ella.errors import ConfigError
-from ella.io import save_json
+from ella.io import load_state, save_json
 from ella.learner import PriorLearner
 from ella.learner.report import save_figure
 from ella.options import option
@@ -370,7 +370,7 @@ class FitRun(AlternatingRun):
 
     def restore_entries(self, ckpt: dict) -> None:
         """Load what :meth:`checkpoint_entries` saved."""
-        self.model.load_state_dict(ckpt["model"])
+        load_state(self.model, ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.priors.load_state_dict(ckpt["priors"])
         self.output_trace = ckpt["output_trace"]

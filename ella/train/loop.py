@@ -47,7 +47,7 @@ from ella.engine.evaluation import evaluate_batches
 from ella.engine.graphs import StepGraph, use_cuda_graph
 from ella.engine.schedule import cosine_lr, make_optimizer, no_round_note
 from ella.errors import ConfigError, EvidenceError, TrainingDivergedError
-from ella.io import save_json
+from ella.io import load_state, save_json
 from ella.learner import PriorLearner
 from ella.learner.report import (
     format_table,
@@ -303,7 +303,7 @@ class Trainer(AlternatingRun):
 
     def restore_entries(self, ckpt: dict) -> None:
         """Load what :meth:`checkpoint_entries` saved."""
-        self.model.load_state_dict(ckpt["model"])
+        load_state(self.model, ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.hyper_optimizer.load_state_dict(ckpt["hyper_optimizer"])
         if self.eta_optimizer is not None:

@@ -11,7 +11,7 @@ from torch import nn
 from ella.choices import PriorMean
 from ella.data import ImageData
 from ella.errors import CheckpointError, ConfigError, RunDirectoryError
-from ella.io import load_torch
+from ella.io import load_state, load_torch
 from ella.rundir import (
     CHECKPOINT,
     CONFIG,
@@ -80,7 +80,7 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Trained
     trainer = Trainer(config, run_dir)  # builds data and model as training did (seeds torch)
     try:
         best = checkpoint["state"].get("best")  # None unless --report-state best_evidence
-        trainer.model.load_state_dict(best["model"] if best is not None else checkpoint["model"])
+        load_state(trainer.model, best["model"] if best is not None else checkpoint["model"])
     except (KeyError, TypeError, AttributeError, RuntimeError) as err:
         raise CheckpointError(
             f"{run_dir / CHECKPOINT} does not hold this run's weights ({err})"
