@@ -17,13 +17,16 @@ def test_committed_notebook_is_rendered():
     assert all(output.get("output_type") != "error" for cell in code for output in cell.outputs)
     text = "".join(out.get("text", "") for cell in code for out in cell.outputs)
     assert "G-EED under C4" in text and "layer8" in text
+    # the closing section is computed from the cells: each finding is printed under them
+    for finding in ("* Accuracy", "* Shares", "* Measured symmetry", "* Which paths the data"):
+        assert finding in text, finding
     assert any("image/png" in out.get("data", {}) for cell in code for out in cell.outputs)
 
 
 @pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's run directories go here
-    monkeypatch.setenv("ELLA_NOTEBOOK_SMOKE", "1")  # 64 images, 1 epoch: every cell runs, in seconds
+    monkeypatch.setenv("ELLA_NOTEBOOK_SMOKE", "1")  # 64 images, 1 epoch: every cell runs
     before = sorted(NOTEBOOKS.iterdir())
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:  # execute a clean copy
@@ -43,3 +46,4 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
         out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
     )
     assert "normalised G-EED of each layer alone" in text
+    assert "* Which paths the data need" in text  # the computed conclusions ran
