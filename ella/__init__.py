@@ -20,12 +20,12 @@ Subpackages, from the layers up:
     ella.ensembles   deep and repulsive ensembles (``ella ensemble``)
     ella.cli         the ``ella`` command, one module per command
 
-Modules: ``groups`` (finite groups acting on images), ``testing``
-(``assert_equivariant``), ``selection`` and ``export``
-(choosing and exporting paths), ``options`` (the ``Config`` base),
-``choices`` and ``migrations`` (options, their values, older configurations), ``io`` and
-``rundir`` (atomic files, run directories), ``distributed``, ``system``, ``geometry``
-and ``errors``.
+Modules: ``groups`` (finite groups acting on images, and affine resampling), ``testing``
+(``assert_equivariant``), ``selection`` and ``export`` (choosing and exporting paths),
+``options`` (the ``Config`` base, and older configurations in ``options.migrations``),
+``choices`` (every choice-valued option), ``io`` and ``rundir`` (atomic files, run
+directories), ``schemas``, ``evidence_rules``, ``distributed``, ``runtime`` (the machine,
+dependencies, timers) and ``errors``.
 """
 
 __version__ = "0.3.0"

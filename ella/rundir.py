@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ella.errors import CheckpointError, EllaError, RunDirectoryError
 from ella.io import load_torch, save_json
-from ella.migrations import upgrade
+from ella.options.migrations import upgrade
 from ella.schemas import check
 
 if TYPE_CHECKING:
@@ -452,16 +452,16 @@ def config_differences(saved: dict, config: Config) -> list[str]:
     """The options that define the run (:meth:`~ella.options.Config.run_dict`) on which the
     ``saved`` configuration (a dict) differs from ``config``, sorted. An option added after
     it was saved counts as what ella did before the option existed
-    (:func:`ella.migrations.upgrade`): its default, unless :data:`ella.migrations.ABSENT_MEANS`
-    says otherwise."""
+    (:func:`ella.options.migrations.upgrade`): its default, unless
+    :data:`ella.options.migrations.ABSENT_MEANS` says otherwise."""
     want, theirs = config.run_dict(), saved_run_dict(saved, type(config))
     return sorted(k for k in want if theirs.get(k) != want[k])
 
 
 def saved_run_dict(saved: dict, config_cls: type[Config]) -> dict:
     """The options that define the run (:meth:`~ella.options.Config.run_dict`) of a saved
-    configuration, an option it lacks as what it meant then (:func:`ella.migrations.upgrade`,
-    else its default)."""
+    configuration, an option it lacks as what it meant then
+    (:func:`ella.options.migrations.upgrade`, else its default)."""
     saved = upgrade(saved, config_cls)
     return {k: saved.get(k, default) for k, default in config_cls().run_dict().items()}
 

@@ -7,7 +7,7 @@ and times the learner's round inside each (``PriorLearner.evidence_round``, the 
 output factors' backward passes and products, the rest: input factors and sums), the
 eigenvalues of the factors, the rest of the evidence's terms, the closed-form step on the
 prior precisions, and the round's report. A second epoch in the same process is the
-yardstick. Timers (the sections ella marks, :mod:`ella.timing`), not a profiler: a
+yardstick. Timers (the sections ella marks, :mod:`ella.runtime.timing`), not a profiler: a
 profiler's per-call overhead moves Python-heavy parts.
 
     python -m experiments.round_parts      # about a minute on 2 cores
@@ -19,7 +19,7 @@ import argparse
 import tempfile
 import time
 
-from ella.timing import SECTIONS, sections
+from ella.runtime.timing import SECTIONS, sections
 from ella.train import TrainConfig, Trainer
 from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 
@@ -28,7 +28,7 @@ PROFILES = {
     "smoke": dict(train_size=64, test_size=32, width=1, batch_size=32, marglik_subset_size=32),
 }
 
-#: the timed sections (:mod:`ella.timing`), in the order of the table; nested ones are
+#: the timed sections (:mod:`ella.runtime.timing`), in the order of the table; nested ones are
 #: parts of the one above
 TIMED = [
     "round",
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
         epoch = time.perf_counter() - start
     missing = sorted(set(TIMED) - set(SECTIONS))
     if missing:
-        raise SystemExit(f"ella marks no section {missing}: see ella.timing.SECTIONS")
+        raise SystemExit(f"ella marks no section {missing}: see ella.runtime.timing.SECTIONS")
     per_round = {label: seconds[label] / args.rounds for label in TIMED}
     whole = per_round["round"]
     derived = {

@@ -292,7 +292,7 @@ def patched_attributes(source: str) -> list[str]:
 def test_nothing_outside_the_tests_patches_what_it_imports():
     """Outside tests/, no module replaces an attribute of a module or class it imported
     (by ``setattr`` with a name in a string, or by assignment): a study that times parts
-    of ella reads the sections ella marks (:mod:`ella.timing`); ``setattr`` stays for
+    of ella reads the sections ella marks (:mod:`ella.runtime.timing`); ``setattr`` stays for
     replacing a model's own child modules by a name found at run time."""
     files = [
         path

@@ -85,8 +85,7 @@ def test_bad_images():
 def test_interpolated_rotation_groups():
     import math
 
-    from ella.geometry import rotate
-    from ella.groups import RotationGroup
+    from ella.groups import RotationGroup, rotate
 
     c8 = get_group("C8")
     assert isinstance(c8, RotationGroup) and c8.order == 8 and get_group("c16").order == 16
@@ -104,7 +103,7 @@ def test_interpolated_rotation_groups():
 def test_rotation_by_interpolation_is_close_to_rot90_for_smooth_images():
     import math
 
-    from ella.geometry import rotate
+    from ella.groups import rotate
 
     yy, xx = torch.meshgrid(torch.linspace(-1, 1, 16), torch.linspace(-1, 1, 16), indexing="ij")
     smooth = torch.exp(-((yy - 0.2) ** 2 + xx**2) / 0.1)[None, None]

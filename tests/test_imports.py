@@ -110,7 +110,7 @@ def test_the_command_line_reports_a_broken_torchvision_as_one_error_line(tmp_pat
 
 
 def test_only_a_failure_inside_torchvision_is_reworded():
-    from ella._dependencies import broken_torchvision as reworded
+    from ella.runtime.dependencies import broken_torchvision as reworded
 
     assert reworded(RuntimeError("CUDA error: out of memory")) is None
     assert reworded(ImportError("cannot import name 'Kron' from 'laplace'")) is None

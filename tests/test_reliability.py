@@ -503,7 +503,7 @@ def test_checkpoint_error_is_a_runtime_error_for_python_callers(tmp_path):
 
 # ---------------------------------------------------------------- threads
 def test_threads_follow_the_cpus_available_unless_the_user_chooses(monkeypatch):
-    from ella.system import available_cpus, configure_threads
+    from ella.runtime.system import available_cpus, configure_threads
 
     old = torch.get_num_threads()
     try:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from ella import distributed
 from ella.cli import demo, download, ensemble, export, report, select, train
 from ella.cli.common import THREADS_NOTE
-from ella.system import configure_threads
+from ella.runtime.system import configure_threads
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 

@@ -42,7 +42,7 @@ from ella.rundir import (
     resume_note,
     run_lock,
 )
-from ella.system import resolve_device
+from ella.runtime.system import resolve_device
 
 __all__ = [
     "DefaultsHelpFormatter",

@@ -14,10 +14,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ella import geometry
 from ella.choices import Augmentation
-from ella.geometry import resample_affine
-from ella.groups import get_group
+from ella.groups import get_group, resample_affine
+from ella.groups import rotate as _rotate
 
 
 def _chunked(fn, x: torch.Tensor, *params: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
@@ -27,12 +26,12 @@ def _chunked(fn, x: torch.Tensor, *params: torch.Tensor, chunk: int = 8192) -> t
 
 
 def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate each image by ``angles`` (N,) radians about its centre (:func:`ella.geometry.rotate`).
+    """Rotate each image by ``angles`` (N,) radians about its centre (:func:`ella.groups.rotate`).
 
     Positive angles turn the image the way ``torch.rot90(x, 1, dims=(-2, -1))``
     does (counter-clockwise as displayed with row 0 at the top).
     """
-    return _chunked(geometry.rotate, x, angles)
+    return _chunked(_rotate, x, angles)
 
 
 def translate(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:

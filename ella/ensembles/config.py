@@ -26,7 +26,7 @@ from ella.errors import ConfigError
 from ella.groups import get_group
 from ella.models.build import check_mixer_options
 from ella.options import MAX_SEED, option
-from ella.system import check_device_name
+from ella.runtime.system import check_device_name
 
 #: particle methods: deep ensembles (no repulsion) and the three repulsive ensembles
 METHODS = EnsembleMethod.values()

@@ -50,7 +50,7 @@ from ella.ensembles.predict import corrupted_metrics, evaluate_ensemble, orbit_m
 from ella.groups import Group, get_group
 from ella.io import save_json
 from ella.models.build import build_model
-from ella.system import resolve_device
+from ella.runtime.system import resolve_device
 
 __all__ = [
     "EnsembleTrainer",

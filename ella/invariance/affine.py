@@ -16,7 +16,7 @@ scale_y    ``[[0,0,0],[0,1,0],...]`` heights scaled by ``e^{-1} .. e^{1}``
 shear      ``[[0,1,0],[0,0,0],...]`` ``x += s y`` with ``|s| <= 1``
 ========== ====================== =============================================
 
-Convention (one for all of ella, see :mod:`ella.geometry`): coordinates are
+Convention (one for all of ella, see :mod:`ella.groups`): coordinates are
 ``affine_grid``'s, ``[-1, 1]`` across the image with ``align_corners=False``,
 ``x`` along the width and ``y`` down the height; ``T`` maps output
 coordinates to the input coordinates sampled there. Because ``eps`` is
@@ -24,7 +24,7 @@ symmetric, ``T`` and ``T^{-1} = expm(-sum eps eta G)`` have the same
 distribution, so it does not matter whether ``T`` is read as moving pixels or
 coordinates, and the sign of ``eta_i`` is irrelevant (we report ``|eta|``).
 A pure rotation ``eps eta`` turns the image by that angle counter-clockwise,
-as :func:`ella.geometry.rotate` and ``torch.rot90`` do.
+as :func:`ella.groups.rotate` and ``torch.rot90`` do.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ella.choices import Generator
-from ella.geometry import resample_affine
+from ella.groups import resample_affine
 
 __all__ = [
     "FULL_EXTENTS",
@@ -100,7 +100,7 @@ def affine_matrices(eps: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
         eta: (6,) extents per generator (differentiable).
 
     Returns:
-        (N, 2, 3) matrices for :func:`ella.geometry.resample_affine`.
+        (N, 2, 3) matrices for :func:`ella.groups.resample_affine`.
     """
     if eps.dim() != 2 or eps.shape[-1] != len(GENERATORS):
         raise ValueError(f"eps must have shape (N, {len(GENERATORS)}), got {tuple(eps.shape)}")

@@ -42,7 +42,7 @@ from ella.learner.report import effective_parameter_report, mean_shares
 from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_subset
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
 from ella.marglik.evidence import at_bound, check_n_data
-from ella.timing import section
+from ella.runtime.timing import section
 
 __all__ = ["PriorLearner"]
 

@@ -1,7 +1,7 @@
 """Marginal likelihood of layer-wise priors: prior structures, Laplace evidence, reports."""
 
 # ruff: noqa: E402 (laplace-torch is imported once, guarded, before the modules that use it)
-from ella._dependencies import import_laplace
+from ella.runtime.dependencies import import_laplace
 
 import_laplace()  # a torchvision of another torch build: one line that names the fix
 

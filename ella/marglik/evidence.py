@@ -50,8 +50,8 @@ from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
 from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
-from ella.system import available_memory, format_bytes
-from ella.timing import section
+from ella.runtime.system import available_memory, format_bytes
+from ella.runtime.timing import section
 
 _NOT_FINITE = (
     "the GGN of the model is not finite at these weights (overflow); the evidence cannot be "

@@ -36,7 +36,7 @@ from laplace.utils.matrix import Kron, KronDecomposed
 
 from ella.errors import EvidenceError
 from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE, batched_eigvalsh, eigvalsh
-from ella.timing import section
+from ella.runtime.timing import section
 
 __all__ = [
     "LazyKronDecomposed",

@@ -49,7 +49,7 @@ from ella.choices import Likelihood
 from ella.errors import EvidenceError
 from ella.marglik.kfac_blocks import curvature_blocks
 from ella.marglik.laplace_internals import own_copies
-from ella.timing import section
+from ella.runtime.timing import section
 
 __all__ = ["NativeGGN", "softmax_hessian_root", "stratified_root"]
 

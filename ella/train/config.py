@@ -37,7 +37,7 @@ from ella.errors import ConfigError
 from ella.models.build import check_mixer_options
 from ella.options import option
 from ella.rundir import SELECT_EPOCHS
-from ella.system import check_device_name
+from ella.runtime.system import check_device_name
 
 #: Training images (the first) on which ``--head-init data`` standardises a mixer's head.
 HEAD_INIT_IMAGES = 512

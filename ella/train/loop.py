@@ -59,7 +59,7 @@ from ella.marglik.evidence import check_memory
 from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note
-from ella.system import resolve_device
+from ella.runtime.system import resolve_device
 from ella.train.alternating import AlternatingRun, AlternatingState, BestEvidence
 from ella.train.batches import EpochAugmentation, ImageBatches, training_tensors
 from ella.train.config import HEAD_INIT_IMAGES, TrainConfig

@@ -96,7 +96,7 @@ def test_round_parts_smoke(tmp_path):
     assert parts["eigenvalues"] <= parts["evidence terms"] <= parts["evidence fit"]
     assert parts["evidence fit"] <= parts["learner fit (fit, step)"] <= parts["round"]
     assert "| eigenvalues |" in (tmp_path / "round_parts_smoke.md").read_text()
-    from ella.timing import sections
+    from ella.runtime.timing import sections
 
     with sections() as after:  # the collection ended with the study
         pass

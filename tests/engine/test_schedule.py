@@ -13,7 +13,7 @@ from ella.engine.schedule import (
     make_optimizer,
 )
 from ella.errors import ConfigError
-from ella.migrations import absent_means
+from ella.options.migrations import absent_means
 from ella.train import TrainConfig, Trainer
 from tests.train.test_loop import tiny_config
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ella.geometry import rotate
+from ella.groups import rotate
 from ella.invariance import GENERATORS, InvariantClassifier, affine_matrices, transform_images
 from ella.invariance.affine import eta_as_dict, eta_from_mapping
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ella.errors import ConfigError
-from ella.migrations import missing_keys, upgrade
+from ella.options.migrations import missing_keys, upgrade
 
 __all__ = ["MAX_SEED", "Choice", "Config", "choice_type", "option"]
 
@@ -261,8 +261,8 @@ class Config:
     @classmethod
     def from_dict(cls, d: dict):
         """The configuration a dict holds (``config.json``), options it lacks read as they
-        meant when it was written (:func:`ella.migrations.upgrade`); unknown keys, missing
-        keys that every version wrote (:func:`ella.migrations.missing_keys`), or another
+        meant when it was written (:func:`ella.options.migrations.upgrade`); unknown keys, missing
+        keys that every version wrote (:func:`ella.options.migrations.missing_keys`), or another
         command's configuration, are refused with a :class:`~ella.errors.ConfigError`."""
         if not isinstance(d, dict):
             raise ConfigError(f"a configuration must be a JSON object, got {type(d).__name__}")

@@ -2,7 +2,7 @@
 
 import time
 
-from ella.timing import SECTIONS, section, sections
+from ella.runtime.timing import SECTIONS, section, sections
 
 
 @section("test: outer")

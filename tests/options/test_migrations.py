@@ -1,4 +1,4 @@
-"""ella.migrations: a configuration written by an earlier version reads as the run it was.
+"""ella.options.migrations: a configuration written by an earlier version reads as the run it was.
 
 Each file in tests/old_configs/ is a configuration class's ``to_dict()`` as ella wrote it
 into run directories the commit before an option was added (made from the history with
@@ -14,12 +14,18 @@ import pytest
 
 from ella.ensembles.config import EnsembleConfig
 from ella.errors import ConfigError
-from ella.migrations import ABSENT_MEANS, ALWAYS_WRITTEN, absent_means, missing_keys, upgrade
+from ella.options.migrations import (
+    ABSENT_MEANS,
+    ALWAYS_WRITTEN,
+    absent_means,
+    missing_keys,
+    upgrade,
+)
 from ella.rundir import config_differences
 from ella.train.config import TrainConfig
 from ella.train.fit import FitConfig
 
-OLD = Path(__file__).parent / "old_configs"
+OLD = Path(__file__).parents[1] / "old_configs"
 
 #: per file: the class that wrote it and what its missing options meant then
 CASES = {
