@@ -17,7 +17,7 @@ import ella
 from ella import FitConfig, PriorLearner
 from ella.errors import CheckpointError, ConfigError, EllaError, InputDataError
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.marglik.evidence import MAX_N_DATA, check_n_data
+from ella.marglik.backends import MAX_N_DATA, check_n_data
 from ella.train.fit_inputs import check_first_batch
 
 FAST = dict(epochs=1, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=1, progress=False)

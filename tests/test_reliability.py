@@ -29,8 +29,7 @@ from ella.errors import (
     InputDataError,
     TrainingDivergedError,
 )
-from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.marglik.evidence import UnsupportedModuleError
+from ella.marglik import LaplaceEvidence, PriorStructure, UnsupportedModuleError
 from ella.options import Config
 from ella.rundir import new_run_directory, remove_orphan_temporaries
 from ella.train import TrainConfig, Trainer

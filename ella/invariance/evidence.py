@@ -26,7 +26,7 @@ from torch import nn
 from ella.choices import GGN
 from ella.invariance.kfac import kron_factors, module_blocks
 from ella.invariance.model import InvariantClassifier
-from ella.marglik.evidence import check_n_data
+from ella.marglik.backends import check_n_data
 from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
 

@@ -41,7 +41,8 @@ from ella.learner.prior import LearnedPrior
 from ella.learner.report import effective_parameter_report, mean_shares
 from ella.learner.rounds import Batches, control_ratio, evidence_loader, round_subset
 from ella.marglik import LaplaceEvidence, PriorStructure, check_supported, laplace_response
-from ella.marglik.evidence import at_bound, check_n_data
+from ella.marglik.backends import check_n_data
+from ella.marglik.kron_terms import at_bound
 from ella.runtime.timing import section
 
 __all__ = ["PriorLearner"]
@@ -54,7 +55,7 @@ class PriorLearner:
         model: the network whose priors are learned (ella's relaxed layers and/or
             ``nn.Linear``/``nn.Conv2d``; every trainable parameter belongs to one group).
         n_data: size ``N`` of the training set (the penalty's and the evidence's scale):
-            an ``int`` from 1 to :data:`~ella.marglik.evidence.MAX_N_DATA` (``10**12``;
+            an ``int`` from 1 to :data:`~ella.marglik.backends.MAX_N_DATA` (``10**12``;
             floats and bools are refused).
         recipe: how the precisions are learned (an
             :class:`~ella.engine.recipe.EvidenceRecipe`, whose fields state every

@@ -144,7 +144,7 @@ class LazyKronDecomposed(KronDecomposed):
     first use.
 
     The log evidence needs only the eigenvalues of the Kronecker factors
-    (``log det(H + P)``, see :class:`ella.marglik.evidence.KronEvidenceTerms`), and
+    (``log det(H + P)``, see :class:`ella.marglik.kron_terms.KronEvidenceTerms`), and
     ``eigvalsh`` skips the eigenvectors that ``eigh`` also computes. laplace-torch's own
     methods (``__add__``, posterior samples, the predictive) read :attr:`eigenvectors`,
     which then decomposes every factor once more and keeps the result. Nothing is

@@ -54,8 +54,9 @@ from ella.engine.schedule import ScheduleConfig, evidence_due
 from ella.errors import TrainingDivergedError
 from ella.learner import PriorLearner, dataset_labels, prior_convergence, shares_history
 from ella.learner.report import effective_parameter_report, layer_mean_shares
+from ella.marglik.backends import non_finite_parameters
 from ella.marglik.control import output_hessian_trace
-from ella.marglik.evidence import LaplaceEvidence, non_finite_parameters
+from ella.marglik.evidence import LaplaceEvidence
 from ella.rundir import checkpoint_note
 from ella.schemas import results_schema
 

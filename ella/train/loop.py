@@ -55,7 +55,7 @@ from ella.learner.report import (
     save_figure,
 )
 from ella.marglik import LaplaceEvidence, class_frequency_model
-from ella.marglik.evidence import check_memory
+from ella.marglik.backends import check_memory
 from ella.models import Mixer
 from ella.models.build import build_model
 from ella.rundir import checkpoint_note

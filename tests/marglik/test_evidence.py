@@ -158,23 +158,23 @@ def test_the_finiteness_check_refuses_any_non_finite_entry_and_no_finite_one(bad
     float32, whose squares do not fit); one non-finite entry anywhere among many
     factors is refused."""
     from ella.errors import EvidenceError
-    from ella.marglik.evidence import _require_finite
+    from ella.marglik.backends import require_finite
 
     factors = [torch.randn(n, n) for n in (3, 49, 196)] + [torch.empty(0)]
     huge = torch.full((4, 4), 3e20)  # finite; its squares overflow float32
     assert not torch.isfinite(torch.linalg.norm(huge))
-    _require_finite(factors + [huge])
+    require_finite(factors + [huge])
     for i in range(3):
         broken = [f.clone() for f in factors] + [huge]
         broken[i][i, 0] = bad
         with pytest.raises(EvidenceError, match="not finite"):
-            _require_finite(broken)
+            require_finite(broken)
 
 
 def test_non_finite_parameters_are_named_and_huge_finite_ones_are_not():
     """The fused check names exactly the parameters with a NaN or infinite entry, in
     order; finite weights whose 2-norm overflows float32 are not among them."""
-    from ella.marglik.evidence import non_finite_parameters
+    from ella.marglik.backends import non_finite_parameters
 
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     assert non_finite_parameters(model) == []
@@ -228,7 +228,7 @@ def test_instance_norm_leaves_a_flat_direction_in_weights_and_precisions(float64
 def test_order_by_group_is_the_stable_argsort_of_the_repeated_groups(n_tensors):
     """The permutation built from the tensors' slices equals sorting every value by its
     tensor's group, ties in their order (empty tensors included)."""
-    from ella.marglik.evidence import order_by_group
+    from ella.marglik.kron_terms import order_by_group
 
     generator = torch.Generator().manual_seed(n_tensors)
     groups = torch.randint(0, 5, (n_tensors,), generator=generator)
