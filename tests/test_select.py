@@ -503,7 +503,7 @@ def test_select_per_layer_drops_one_path_of_one_layer_at_a_time(tmp_path, monkey
     text = selection.format_path_selection(record)
     assert "the evidence drops layer1 CONV" in text
     assert "selected: layer1 GCONV, layer2 CONV; test accuracy" in text
-    answer = selection.answer._answer(record)
+    answer = selection.answer.answer_line(record)
     assert answer.startswith(
         "which paths each layer needs, by the evidence (ella select --per-layer, 3 epochs per "
         "network): layer1 GCONV, layer2 CONV"

@@ -47,20 +47,13 @@ from ella.rundir import CONFIG, SELECT_EPOCHS, read_json, run_lock
 from ella.selection.answer import (
     EVIDENCE_AGREEMENT,
     MORE_SEEDS,
-    PER_LAYER_RELIABILITY,
-    SHARES_NOTE,
     decision,
     drop_gains,
-    format_answer,
     format_path_drops,
     format_path_selection,
-    format_plan,
     format_spread,
     per_layer_outcome,
-    run_criterion,
     save_per_layer_figure,
-    selection_cost,
-    selection_rounds,
 )
 from ella.selection.candidates import (
     CONTROL,
@@ -88,6 +81,15 @@ from ella.selection.criteria import (
     register_criterion,
 )
 from ella.selection.fitted import check_fitted_selectable, select_fitted
+from ella.selection.headline import (
+    PER_LAYER_RELIABILITY,
+    SHARES_NOTE,
+    format_answer,
+    format_plan,
+    run_criterion,
+    selection_cost,
+    selection_rounds,
+)
 from ella.selection.record import (
     SearchFiles,
     new_record,
