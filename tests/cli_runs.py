@@ -13,6 +13,12 @@ TINY = [
     "--epochs", "1", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
     "--n-hypersteps", "2", "--batch-size", "32", "--no-progress",
 ]  # fmt: skip
+#: a tiny learned CONV+GCONV mixer
+TINY_MIXER = [
+    "--train-size", "48", "--test-size", "32", "--width", "1", "--epochs", "2",
+    "--batch-size", "16", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
+    "--n-hypersteps", "2", "--no-progress", "--paths", "conv", "gconv",
+]  # fmt: skip
 
 
 def snapshot(directory: Path) -> dict[str, str]:

@@ -47,7 +47,7 @@ def locked() -> dict[str, Version]:
 
 def requirements() -> list[Requirement]:
     extras = PYPROJECT["optional-dependencies"]
-    return [Requirement(r) for r in [*PYPROJECT["dependencies"], *extras["dev"], *extras["docs"]]]
+    return [Requirement(r) for r in [*PYPROJECT["dependencies"], *extras["dev"], *extras["docs"], *extras["ray"]]]
 
 
 def test_the_lock_pins_each_package_once_and_no_cuda_or_torchvision():

@@ -44,17 +44,18 @@ def trailer(pins: list[str]) -> str:
 
 
 def required_names(pyproject: Path) -> list[str]:
-    """The distributions pyproject.toml requires (its dependencies and its dev and docs
-    extras), by their canonical names; every one must have a pin."""
+    """The distributions pyproject.toml requires (its dependencies and its dev, docs and
+    ray extras), by their canonical names; every one must have a pin."""
     text = pyproject.read_text()
     try:
         import tomllib
 
         project = tomllib.loads(text)["project"]
         extras = project.get("optional-dependencies", {})
-        reqs = [*project["dependencies"], *extras.get("dev", []), *extras.get("docs", [])]
+        reqs = [*project["dependencies"]]
+        reqs += [r for extra in ("dev", "docs", "ray") for r in extras.get(extra, [])]
     except ImportError:  # Python 3.10: the quoted strings of those arrays
-        arrays = re.findall(r"^(?:dependencies|dev|docs) = \[(.*?)^\]", text, re.M | re.S)
+        arrays = re.findall(r"^(?:dependencies|dev|docs|ray) = \[(.*?)^\]", text, re.M | re.S)
         reqs = [r for a in arrays for r in re.findall(r'^\s*"([^"]+)"', a, re.M)]
     return sorted({canonical(re.split(r"[<>=!~ \[;(]", r, maxsplit=1)[0]) for r in reqs})
 

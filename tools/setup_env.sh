@@ -69,7 +69,7 @@ if [ "$unlocked" = 1 ]; then
 import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project["optional-dependencies"]
-for r in [*project["dependencies"], *extras["dev"], *extras["docs"]]:
+for r in [*project["dependencies"], *extras["dev"], *extras["docs"], *extras["ray"]]:
     print(r)
 PY
 )

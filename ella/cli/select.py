@@ -24,7 +24,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     print_selection(
         Path(args.run_dir), args.epochs, search.name, args.data_dir, args.progress,
         overwrite=args.overwrite, criterion=args.criterion, seeds=args.seeds,
-        dry_run=args.dry_run,
+        dry_run=args.dry_run, executor=args.executor, workers=args.workers,
+        address=args.address,
     )  # fmt: skip
     return 0
 
@@ -39,13 +40,18 @@ def print_selection(
     criterion: str | None = None,
     seeds: int = 1,
     dry_run: bool = False,
+    executor: str | None = None,
+    workers: int | None = None,
+    address: str | None = None,
 ) -> None:
     """Say what a registered search will train (:func:`ella.selection.format_plan`), then,
     unless ``dry_run``, run it on a learned run (:func:`ella.selection.run_search`), print
-    its record (:meth:`~ella.selection.Search.format`) and the files written."""
+    its record (:meth:`~ella.selection.Search.format`) and the files written; the
+    candidates train where ``executor`` puts them (:mod:`ella.selection.executors`)."""
     from ella.selection import (
         check_seeds,
         criterion_of,
+        executor_of,
         format_plan,
         run_search,
         save_per_layer_figure,
@@ -55,11 +61,12 @@ def print_selection(
     chosen = search_of(search, option="--search")
     criterion_of(criterion, "--criterion")
     check_seeds(seeds, "--seeds")
+    runner = executor_of(executor, workers=workers, address=address, option="--executor")
     print(format_plan(run_dir, chosen.name, chosen.flag, epochs, seeds, criterion), flush=True)
     if dry_run:
         return
     record = run_search(
-        run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds
+        run_dir, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds, runner
     )
     print(chosen.format(record))
     names = [chosen.files.record, *([chosen.files.winner] if chosen.files.winner else [])]
@@ -126,6 +133,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="train every candidate at this many seeds (the run's own first) and drop a "
         "path only where its gain over the control has one sign at every seed and exceeds "
         "two standard errors; costs this many times the networks (default 1)",
+    )
+    select.add_argument(
+        "--executor",
+        default=None,
+        metavar="NAME",
+        help="where a round's candidates train: local, one after another in this process "
+        "(default); processes, in --workers processes on this machine; ray, as tasks on "
+        "the Ray cluster at --address or on a local Ray instance (pip install "
+        "'ella-torch[ray]'); the record is the same under each",
+    )
+    select.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="candidates trained at once by --executor processes (default: one per CPU, "
+        "the machine's cores shared among them) or ray",
+    )
+    select.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Ray cluster of --executor ray (default: the one RAY_ADDRESS names, or a "
+        "local instance)",
     )
     select.add_argument(
         "--epochs",

@@ -53,6 +53,14 @@ def configure_threads() -> int:
     Returns:
         The thread count in use.
     """
+    threads = chosen_threads() or available_cpus()
+    torch.set_num_threads(threads)
+    return threads
+
+
+def chosen_threads() -> int | None:
+    """The thread count the user chose in :data:`THREAD_VARIABLES` (the first that is an
+    int of 1 or more), or None."""
     for name in THREAD_VARIABLES:
         value = os.environ.get(name, "").strip()
         if value:
@@ -61,11 +69,8 @@ def configure_threads() -> int:
             except ValueError:
                 continue
             if threads >= 1:
-                torch.set_num_threads(threads)
                 return threads
-    threads = available_cpus()
-    torch.set_num_threads(threads)
-    return threads
+    return None
 
 
 def available_memory() -> int | None:
@@ -124,6 +129,7 @@ __all__ = [
     "available_cpus",
     "available_memory",
     "check_device_name",
+    "chosen_threads",
     "configure_threads",
     "format_bytes",
     "resolve_device",

@@ -37,12 +37,15 @@ imported by it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from torch import nn
 from torch.utils.data import DataLoader
 
+from ella.errors import ConfigError
 from ella.rundir import CONFIG, SELECT_EPOCHS, read_json, run_lock
 from ella.selection.answer import (
     EVIDENCE_AGREEMENT,
@@ -58,6 +61,7 @@ from ella.selection.answer import (
 from ella.selection.candidates import (
     CONTROL,
     KEPT_FIT,
+    candidate_job,
     check_selectable,
     collapsed,
     kept_their_fit,
@@ -80,6 +84,7 @@ from ella.selection.criteria import (
     default_criterion,
     register_criterion,
 )
+from ella.selection.executors import EXECUTORS, Executor, RayExecutor, executor_of
 from ella.selection.fitted import check_fitted_selectable, select_fitted
 from ella.selection.headline import (
     PER_LAYER_RELIABILITY,
@@ -101,9 +106,11 @@ from ella.selection.replicates import (
     CALL_AT,
     check_seeds,
     gain_summary,
+    one_by_one,
     replicate_seeds,
     replicated,
     summarise,
+    train_each,
 )
 from ella.selection.searches import (
     DEFAULT_SEARCH,
@@ -134,6 +141,7 @@ __all__ = [
     "DEFAULT_CRITERION",
     "HELD_OUT_CRITERION",
     "DEFAULT_SEARCH",
+    "EXECUTORS",
     "KEPT_FIT",
     "LAYER_PATHS",
     "MORE_SEEDS",
@@ -146,6 +154,7 @@ __all__ = [
     "Candidate",
     "Criterion",
     "DropSearch",
+    "Executor",
     "GreedySearch",
     "Search",
     "SearchContext",
@@ -159,6 +168,7 @@ __all__ = [
     "decision",
     "drop_each_path",
     "drop_gains",
+    "executor_of",
     "droppable",
     "dropped_flags",
     "fitted_paths",
@@ -219,6 +229,9 @@ def select(
     data_dir: str | Path | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    executor: str | Executor | None = None,
+    workers: int | None = None,
+    address: str | None = None,
 ) -> dict:
     """Choose the paths of a learned network by the Laplace evidence: a run of
     ``ella train``, or a model of :func:`ella.fit`; with ``per_layer``, each layer's own.
@@ -262,7 +275,17 @@ def select(
         overwrite: replace a record of other ``epochs`` in the run directory, which is
             refused otherwise (a record of the same ``epochs`` is resumed).
         data_dir: the run's data files, if moved since the run.
-        progress: a progress bar per candidate.
+        progress: a progress bar per candidate (with another executor than ``"local"``,
+            one over a round's candidates).
+        executor: where a round's candidates train (:data:`EXECUTORS`): ``"local"``
+            (``None``, the default) one after another in this process, ``"processes"``
+            in worker processes on this machine, ``"ray"`` as tasks on a Ray cluster; the
+            record is the same under each (:mod:`ella.selection.executors`). A run
+            directory only: a model of :func:`ella.fit` trains in this process.
+        workers: the worker processes of ``"processes"`` (default: one per CPU), or the
+            candidates ``"ray"`` trains at once on a machine's CPUs.
+        address: the Ray cluster of ``"ray"`` (``"HOST:PORT"``); ``None``: the instance
+            this process is connected to, or a new local one.
 
     Returns:
         With ``drop_only``: ``{"epochs", "rows"}`` (:func:`drop_each_path`); else the
@@ -290,6 +313,13 @@ def select(
     chosen = search_of(search, drop_only=drop_only, per_layer=per_layer)
     criterion_of(criterion)  # refused before any work
     check_seeds(seeds)
+    runner = executor_of(executor, workers=workers, address=address)
+    if isinstance(run, FitResult) and not runner.in_process:
+        raise ConfigError(
+            f"executor={runner.name!r} trains the candidates of a run directory; those of a "
+            "model of ella.fit train in this process, on its own loaders: leave executor "
+            "out, or select on a run of ella train"
+        )
     if isinstance(run, FitResult):
         record = select_fitted(
             run, train_loader, test_loader, epochs=epochs, search=chosen.name,
@@ -297,8 +327,9 @@ def select(
         )  # fmt: skip
     else:
         record = run_search(
-            run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds
-        )
+            run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds,
+            executor, workers, address,
+        )  # fmt: skip
     if record.get("finished") and "rounds" in record:
         record["decision"] = decision(record)
     return record
@@ -313,41 +344,70 @@ def run_search(
     overwrite: bool = False,
     criterion: str | None = None,
     seeds: int = 1,
+    executor: str | Executor | None = None,
+    workers: int | None = None,
+    address: str | None = None,
 ) -> dict:
     """Run the registered ``search`` (``None``: greedy) on a finished learned run, each
     candidate trained by :func:`train_on` (at ``seeds`` seeds, the run's own first) and
-    scored by ``criterion``; holds the run directory and writes the search's record after
-    every candidate (resumed by a later call with the same settings).
+    scored by ``criterion``, a round's candidates where ``executor`` puts them
+    (:func:`~ella.selection.executors.executor_of`); holds the run directory and writes
+    the search's record as each candidate finishes (resumed by a later call with the
+    same settings).
 
     Raises:
-        ConfigError, RunDirectoryError: as :func:`check_selectable`, or a search or
-            criterion not registered, or ``seeds`` not an int from 1 to 32.
+        ConfigError, RunDirectoryError: as :func:`check_selectable`, or a search,
+            criterion or executor not registered, ``seeds`` not an int from 1 to 32, or a
+            Ray cluster that cannot be reached.
     """
     chosen = search_of(search)
     criterion_of(criterion)  # refused before the run is read
     check_seeds(seeds)
+    executor_of(executor, workers=workers, address=address)
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     saved = read_json(run_dir / CONFIG, "run's configuration")
     scorer = run_criterion(run_dir, criterion)
     check_validation(scorer, saved.get("validation_size", 0), f"the run {run_dir}")
-    with run_lock(run_dir):
-        units = run_groups(run_dir, data_dir) if chosen.kind.per_layer else paths
+    runner = executor_of(executor, workers=workers, address=address)
+    if isinstance(runner, RayExecutor) and runner.gpus is None:
+        runner = dataclasses.replace(runner, gpus=_gpus(saved))
+    runner.check()  # a cluster that cannot be reached, before any work
+    try:
+        with run_lock(run_dir):
+            units = run_groups(run_dir, data_dir) if chosen.kind.per_layer else paths
+            if runner.in_process:
 
-        def train(dropped: list[str], start: dict | None, seed: int | None = None):
-            return train_on(run_dir, dropped, epochs, data_dir, progress, start, units,
-                            criterion=scorer.name, seed=seed)  # fmt: skip
+                def work(job: tuple[list[str], dict | None, int | None]) -> tuple[dict, dict]:
+                    dropped, start, seed = job
+                    return train_on(run_dir, dropped, epochs, data_dir, progress, start, units,
+                                    criterion=scorer.name, seed=seed)  # fmt: skip
 
-        if seeds > 1:
-            own = saved.get("seed", 0)
-            cache = run_dir / f"{Path(chosen.files.record).stem}_replicates.json"
-            train = replicated(train, replicate_seeds(own, seeds), scorer.key, cache)
+            else:  # a worker reads the run by its absolute path, without progress bars
+                where = str(run_dir.resolve())
+                work = partial(candidate_job, where, epochs, data_dir, units, scorer.name, False)
+            replicas, cache = None, None
+            if seeds > 1:
+                replicas = replicate_seeds(saved.get("seed", 0), seeds)
+                cache = run_dir / f"{Path(chosen.files.record).stem}_replicates.json"
+            each = train_each(work, runner, replicas, scorer.key, cache, progress)
 
-        def null() -> dict:
-            return null_model(run_dir, data_dir)
+            def null() -> dict:
+                return null_model(run_dir, data_dir)
 
-        context = SearchContext(epochs, units, train, null, scorer, run_dir, overwrite, seeds)
-        return chosen.run(context)
+            context = SearchContext(
+                epochs, units, one_by_one(each), null, scorer, run_dir, overwrite, seeds,
+                each=each,
+            )  # fmt: skip
+            return chosen.run(context)
+    finally:
+        runner.close()
+
+
+def _gpus(config: dict) -> float:
+    """The GPUs one candidate of a run asks a Ray cluster for: one where the run trains on
+    a GPU."""
+    return 1.0 if str(config.get("device", "cpu")).startswith("cuda") else 0.0
 
 
 def select_paths(

@@ -39,6 +39,7 @@ from ella.train.runs import TrainedRun, load_run, refuse_unless_learned
 __all__ = [
     "CONTROL",
     "KEPT_FIT",
+    "candidate_job",
     "check_selectable",
     "collapsed",
     "kept_their_fit",
@@ -179,6 +180,23 @@ def train_on(
     kept = [u for u in units or relaxed_paths(run_dir) if u not in dropped]
     test = lambda: evaluate(trainer.model, trainer.data.test)  # noqa: E731
     return train_candidate(trainer, dropped, start, kept, test, progress, criterion_of(criterion))
+
+
+def candidate_job(
+    run_dir: str,
+    epochs: int,
+    data_dir: str | Path | None,
+    units: list[str],
+    criterion: str | None,
+    progress: bool,
+    job: tuple[list[str], dict | None, int | None],
+) -> tuple[dict, dict]:
+    """:func:`train_on` of the candidate ``job = (dropped, start, seed)`` of the run in
+    ``run_dir``: what an executor's worker runs (:mod:`ella.selection.executors`; a
+    module-level function, so that a :func:`functools.partial` of it pickles). It reads
+    the run directory and writes nothing."""
+    dropped, start, seed = job
+    return train_on(run_dir, dropped, epochs, data_dir, progress, start, units, criterion, seed)
 
 
 def run_groups(run_dir: str | Path, data_dir: str | Path | None = None) -> list[str]:

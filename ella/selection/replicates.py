@@ -25,21 +25,25 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ella.errors import ConfigError
 from ella.io import save_json
 from ella.rundir import read_json
+from ella.selection.executors import Executor, LocalExecutor
 
 __all__ = [
     "CALL_AT",
     "MAX_SEEDS",
     "check_seeds",
     "gain_summary",
+    "one_by_one",
     "replicate_seeds",
     "replicated",
     "summarise",
+    "train_each",
 ]
 
 #: a decision is called where ``|mean| > CALL_AT * SE`` and every seed agrees in sign
@@ -87,39 +91,89 @@ def gain_summary(row: dict, control: dict, key: str) -> dict | None:
     return summarise([r[key] - by_seed[r["seed"]] for r in mine if r["seed"] in by_seed])
 
 
+def train_each(
+    work: Callable[[tuple[list[str], dict | None, int | None]], tuple[dict, dict]],
+    executor: Executor,
+    seeds: list[int] | None = None,
+    key: str = "log_evidence",
+    cache: Path | None = None,
+    progress: bool = False,
+) -> Callable[[list[tuple[list[str], dict | None]]], Iterator[tuple[int, tuple[dict, dict]]]]:
+    """A round's candidates ``[(dropped, start), ...]`` trained by ``executor``, each at
+    every one of ``seeds`` (``None``: once, at the run's own seed), yielded as
+    ``(index, (row, end))`` as each candidate's last seed finishes.
+
+    ``work((dropped, start, seed))`` trains one candidate at one seed (``None``: the
+    run's). With several seeds, a candidate's row is the first seed's with ``key`` and
+    ``log_evidence`` averaged over the seeds and each seed's row in ``"replicates"``, its
+    end state the first seed's. With ``cache`` (a JSON file, written by this process
+    alone), each replicate after the first is kept there as it finishes, so a candidate
+    interrupted between its seeds trains only those it lacks when asked again (the first
+    seed, whose weights the next round starts from, is trained again)."""
+    wanted = seeds or [None]
+
+    def each(candidates: list[tuple[list[str], dict | None]]):
+        done = read_json(cache, "replicates") if cache is not None and cache.is_file() else {}
+        jobs, slots = [], []  # slots[n]: (candidate, seed's place, replicate's key)
+        results: list[dict[int, Any]] = [{} for _ in candidates]
+        for i, (dropped, start) in enumerate(candidates):
+            for j, seed in enumerate(wanted):
+                tag = _name(dropped, start, seed) if j else None
+                if tag is not None and tag in done:
+                    results[i][j] = done[tag]
+                    continue
+                jobs.append((dropped, start, seed))
+                slots.append((i, j, tag))
+        for n, (row, end) in executor.map(work, jobs, progress):
+            i, j, tag = slots[n]
+            if j == 0:
+                results[i][0] = (row, end)
+            else:
+                results[i][j] = done[tag] = _replicate(row, seeds[j], key)
+                if cache is not None:
+                    save_json(done, cache)
+            if len(results[i]) == len(wanted):
+                yield i, _combined(results[i], seeds, key)
+
+    return each
+
+
 def replicated(
     train: Callable[[list[str], dict | None, int], tuple[dict, dict]],
     seeds: list[int],
     key: str,
     cache: Path | None = None,
 ) -> Callable[[list[str], dict | None], tuple[dict, dict]]:
-    """``train(dropped, start, seed)`` made a candidate trained at every one of ``seeds``:
-    the row of the first seed with ``key`` and ``log_evidence`` averaged over the seeds and
-    each seed's row in ``"replicates"``, and the first seed's end state. With ``cache``
-    (a JSON file), each replicate after the first is kept there as it finishes, so a
-    candidate interrupted between its seeds trains only those it lacks when asked again
-    (the first seed, whose weights the next round starts from, is trained again)."""
+    """``train(dropped, start, seed)`` made a candidate trained at every one of ``seeds``
+    in this process, one after another (:func:`train_each`'s row and end state)."""
+    return one_by_one(train_each(lambda job: train(*job), LocalExecutor(), seeds, key, cache))
 
-    def name(dropped: list[str], start: dict | None, seed: int) -> str:
-        """A replicate's key: what it drops, the weights it starts from, its seed."""
-        began = "run" if start is None else _digest(start["model"])
-        return f"{'+'.join(sorted(dropped)) or 'none'}|{began}|{seed}"
 
-    def one(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
-        done = read_json(cache, "replicates") if cache is not None and cache.is_file() else {}
-        row, end = train(dropped, start, seeds[0])
-        replicates = [_replicate(row, seeds[0], key)]
-        for seed in seeds[1:]:
-            tag = name(dropped, start, seed)
-            if tag not in done:
-                done[tag] = _replicate(train(dropped, start, seed)[0], seed, key)
-                if cache is not None:
-                    save_json(done, cache)
-            replicates.append(done[tag])
-        mean = {k: statistics.fmean(r[k] for r in replicates) for k in {key, "log_evidence"}}
-        return {**row, **mean, "replicates": replicates}, end
+def one_by_one(
+    each: Callable[[list[tuple[list[str], dict | None]]], Iterator[tuple[int, tuple[dict, dict]]]],
+) -> Callable[[list[str], dict | None], tuple[dict, dict]]:
+    """``train(dropped, start)``: one candidate of :func:`train_each`'s ``each``."""
 
-    return one
+    def train(dropped: list[str], start: dict | None) -> tuple[dict, dict]:
+        return dict(each([(dropped, start)]))[0]
+
+    return train
+
+
+def _name(dropped: list[str], start: dict | None, seed: int) -> str:
+    """A replicate's key: what it drops, the weights it starts from, its seed."""
+    began = "run" if start is None else _digest(start["model"])
+    return f"{'+'.join(sorted(dropped)) or 'none'}|{began}|{seed}"
+
+
+def _combined(results: dict[int, Any], seeds: list[int] | None, key: str) -> tuple[dict, dict]:
+    """One candidate's ``(row, end)`` from its first seed's and its replicates."""
+    row, end = results[0]
+    if not seeds:
+        return row, end
+    replicates = [_replicate(row, seeds[0], key)] + [results[j] for j in range(1, len(seeds))]
+    mean = {k: statistics.fmean(r[k] for r in replicates) for k in {key, "log_evidence"}}
+    return {**row, **mean, "replicates": replicates}, end
 
 
 def _digest(state: dict) -> str:

@@ -21,7 +21,7 @@ same for a run directory and for a model of :func:`ella.fit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,13 +50,18 @@ from ella.selection.record import (
 from ella.selection.replicates import gain_summary
 from ella.selection.units import LAYER_PATHS, WHOLE_PATHS, UnitKind
 
+#: one candidate to train: the units it drops and the state it starts from (``None``: the run)
+Job = tuple[list[str], dict | None]
+
 __all__ = [
     "DEFAULT_SEARCH",
     "SEARCHES",
     "DropSearch",
+    "Job",
     "GreedySearch",
     "Search",
     "SearchContext",
+    "control_first",
     "greedy_selection",
     "register_search",
     "search_of",
@@ -84,6 +89,8 @@ class SearchContext:
         seeds: the seeds every candidate is trained at (:mod:`ella.selection.replicates`;
             ``train`` trains them all); 1: one training each.
         selected: set by the search, the selected network's ``{"model", "log_prior"}``.
+        each: ``each(candidates)``, what :meth:`train_all` does where it is set
+            (:func:`~ella.selection.replicates.train_each`); ``None``: :attr:`train` in turn.
     """
 
     epochs: int
@@ -95,6 +102,18 @@ class SearchContext:
     overwrite: bool = False
     seeds: int = 1
     selected: dict | None = None
+    each: Callable[[list[Job]], Iterator[tuple[int, tuple[dict, dict]]]] | None = None
+
+    def train_all(self, candidates: list[Job]) -> Iterator[tuple[int, tuple[dict, dict]]]:
+        """``(index, train(*candidates[index]))`` for every candidate ``(dropped, start)``,
+        as each finishes: through :attr:`each` where it is set (an executor may train them
+        at once and in any order, :mod:`ella.selection.executors`), else one after
+        another."""
+        if self.each is not None:
+            yield from self.each(candidates)
+            return
+        for index, (dropped, start) in enumerate(candidates):
+            yield index, self.train(dropped, start)
 
 
 class Search:
@@ -157,7 +176,7 @@ class GreedySearch(Search):
         if "null" not in record:
             record["null"] = context.null()
         record, context.selected = greedy_selection(
-            record, context.units, context.train, files, self.kind, context.criterion
+            record, context.units, context.train_all, files, self.kind, context.criterion
         )
         return record
 
@@ -194,15 +213,15 @@ class DropSearch(Search):
             head["criterion"] = context.criterion.name
         if run_dir is not None:
             done = self._earlier(run_dir, head, context.overwrite)
-        rows = []
-        for drop in [None, *context.units]:
-            key = drop or CONTROL
-            row = done.get(key)
-            if row is None:
-                row = {"dropped": key, **context.train([drop] if drop else [], None)[0]}
-                if run_dir is not None:  # as each row is trained
-                    save_json({**head, "rows": [*rows, row]}, run_dir / self.files.record)
-            rows.append(row)
+        order = [CONTROL, *context.units]
+        rows = [done[key] for key in order if key in done]
+        todo = [key for key in order if key not in done]
+        jobs = [([] if key == CONTROL else [key], None) for key in todo]
+        finished = context.train_all(jobs)
+        for key, row, _ in control_first(finished, todo, CONTROL in done):
+            rows = sorted([*rows, {"dropped": key, **row}], key=lambda r: order.index(r["dropped"]))
+            if run_dir is not None:  # as each row is trained
+                save_json({**head, "rows": rows}, run_dir / self.files.record)
         record = {**head, "rows": rows}
         path = run_dir / self.files.record if run_dir is not None else None
         if path is not None and not _holds(path, record):
@@ -313,20 +332,39 @@ def _holds(path: Path, record: dict) -> bool:
         return False
 
 
+def control_first(
+    finished: Iterable[tuple[int, tuple[dict, dict]]], labels: list[str], has_control: bool
+) -> Iterator[tuple[str, dict, dict]]:
+    """``(labels[index], row, end)`` of each finished candidate, those that finish before
+    the control (``has_control``: it is recorded already) held back until it has come,
+    since each row is judged against it, and then given in the candidates' order."""
+    held: list[tuple[str, dict, dict]] = []
+    for index, (row, end) in finished:
+        held.append((labels[index], row, end))
+        has_control = has_control or labels[index] == CONTROL
+        if has_control:
+            yield from sorted(held, key=lambda h: labels.index(h[0]))
+            held = []
+
+
 def greedy_selection(
     record: dict,
     paths: list[str],
-    train: Callable[[list[str], dict | None], tuple[dict, dict]],
+    train_all: Callable[[list[Job]], Iterable[tuple[int, tuple[dict, dict]]]],
     files: SelectionFiles | None = None,
     kind: UnitKind = WHOLE_PATHS,
     criterion: Criterion | None = None,
 ) -> tuple[dict, dict | None]:
     """The rounds of :func:`select_paths` from ``record`` (:func:`new_record`, or an earlier
-    one to resume) until it is finished; ``train(dropped, start)`` trains one candidate
-    (:func:`train_on`'s row and end state). With ``files`` the record, the round's best
-    candidate and each winner are saved after every candidate; without, nothing is
-    written. The ``paths`` are units of ``kind`` (:meth:`UnitKind.droppable`), and each
-    round is decided by ``criterion`` (its :attr:`~Criterion.key`; default: the evidence).
+    one to resume) until it is finished; ``train_all(candidates)`` trains a round's
+    candidates ``[(dropped, start), ...]`` and yields ``(index, (row, end))`` as each
+    finishes (:meth:`SearchContext.train_all`; :func:`train_on`'s row and end state). With
+    ``files`` the record, the round's best candidate and each winner are saved as each
+    candidate finishes; without, nothing is written. The ``paths`` are units of ``kind``
+    (:meth:`UnitKind.droppable`), and each round is decided by ``criterion`` (its
+    :attr:`~Criterion.key`; default: the evidence). A round's rows are kept in the order
+    of its candidates, the control first, and a tie goes to the earlier candidate, in
+    whatever order they finish.
 
     Returns:
         The finished record and the selected network's ``{"model", "log_prior"}`` (None
@@ -357,8 +395,14 @@ def greedy_selection(
             rounds.append({"kept": record["kept"], "rows": [], "winner": None})
         this = rounds[-1]
         before = [p for p in paths if p not in this["kept"]]
+        order = [CONTROL, *kind.droppable(this["kept"])]
+
+        def rank(row: dict, order: list[str] = order) -> tuple[float, int]:
+            """Better first: the higher score, then the earlier candidate."""
+            return row[score], -order.index(row["dropped"])
+
         candidates = [r for r in this["rows"] if eligible(r, this["rows"])]
-        best = max(candidates, key=lambda r: r[score], default=None)
+        best = max(candidates, key=rank, default=None)
         best_state = None
         if best is not None and files is not None and files.candidate.is_file():
             best_state = read_selection_state(files.candidate)
@@ -367,19 +411,15 @@ def greedy_selection(
             # its row): the round starts again
             this["rows"], best, best_state = [], None, None
         done = {r["dropped"] for r in this["rows"]}
-        for drop in [None, *kind.droppable(this["kept"])]:
-            key = drop or CONTROL
-            if key in done:
-                continue
-            dropped = before + ([drop] if drop else [])
-            row, end = train(dropped, start)
+        todo = [key for key in order if key not in done]
+        jobs = [(before + ([] if key == CONTROL else [key]), start) for key in todo]
+        for key, row, end in control_first(train_all(jobs), todo, CONTROL in done):
             row = {"dropped": key, **row}
-            better = best is None or row[score] > best[score]
-            if better and eligible(row, this["rows"]):
+            if eligible(row, this["rows"] or [row]) and (best is None or rank(row) > rank(best)):
                 best, best_state = row, {**end, "dropped": key, "kept": row["kept"]}
                 if files is not None:
                     save_torch(best_state, files.candidate)  # before the row that names it
-            this["rows"].append(row)
+            this["rows"] = sorted([*this["rows"], row], key=lambda r: order.index(r["dropped"]))
             if files is not None:
                 save_json(record, files.record)
         start = {k: best_state[k] for k in ("model", "log_prior")}

@@ -12,14 +12,9 @@ from ella import selection
 from ella.cli import main
 from ella.errors import ConfigError
 from ella.selection import CRITERIA, LAYER_PATHS, SEARCHES, WHOLE_PATHS
+from tests.cli_runs import TINY_MIXER
 
 ROOT = Path(__file__).resolve().parents[2]
-#: a tiny learned CONV+GCONV mixer
-TINY_MIXER = [
-    "--train-size", "48", "--test-size", "32", "--width", "1", "--epochs", "2",
-    "--batch-size", "16", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
-    "--n-hypersteps", "2", "--no-progress", "--paths", "conv", "gconv",
-]  # fmt: skip
 
 
 @pytest.fixture
