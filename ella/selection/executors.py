@@ -196,25 +196,22 @@ def _said(setting: str, value: Any, flags: bool) -> str:
     return f"--{setting} {value}" if flags else f"{setting}={value!r}"
 
 
-def _probe(address: str, flags: bool = True, timeout: float = 5.0) -> None:
+def _probe(address: str, named: str, example: str, timeout: float = 5.0) -> None:
     """Refuse, within ``timeout`` seconds, a Ray address ``HOST:PORT`` that nothing
-    listens on (``ray.init`` itself retries for minutes); ``"auto"`` and ``ray://`` addresses
-    are left to Ray."""
+    listens on (``ray.init`` itself retries for minutes), ``named`` as its caller gave it
+    (``example``: a good one, said alike); ``"auto"`` and ``ray://`` addresses are left to
+    Ray."""
     if address == "auto" or "://" in address:
         return
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(
-            f"{_said('address', address, flags)} must be HOST:PORT, e.g. "
-            f"{_said('address', '10.0.0.1:6379', flags)}"
-        )
+        raise ConfigError(f"{named} must be HOST:PORT, e.g. {example}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
         raise ConfigError(
-            f"could not reach the Ray cluster at {_said('address', address, flags)} "
-            f"({err.strerror or err}): start it (ray start --head --port {port}) or give "
-            "the address of one that runs"
+            f"could not reach the Ray cluster at {named} ({err.strerror or err}): start it "
+            f"(ray start --head --port {port}) or give the address of one that runs"
         ) from None
 
 
@@ -247,7 +244,11 @@ class RayExecutor(Executor):
                 "'ella-torch[ray]' (or pip install ray)"
             ) from None
         if self.address:
-            _probe(self.address, self.flags)
+            example = _said("address", "10.0.0.1:6379", self.flags)
+            _probe(self.address, _said("address", self.address, self.flags), example)
+        elif os.environ.get("RAY_ADDRESS"):  # the cluster ray.init joins without an address
+            where = os.environ["RAY_ADDRESS"]
+            _probe(where, f"RAY_ADDRESS={where}", "RAY_ADDRESS=10.0.0.1:6379")
         if ray.is_initialized():
             connected = ray.get_runtime_context().gcs_address
             if self.address and self.address not in ("auto", connected):

@@ -138,13 +138,15 @@ def test_a_killed_ray_task_is_retried_and_the_record_is_the_same(
     assert marker.exists()
 
 
-def test_an_unreachable_ray_cluster_is_refused_before_any_work(mixer_run, capsys):
+def test_an_unreachable_ray_cluster_is_refused_before_any_work(mixer_run, capsys, monkeypatch):
     before = snapshot(mixer_run)
     ask = ["select", str(mixer_run), "--epochs", "1", "--no-progress", "--executor", "ray"]
     refused(capsys, [*ask, "--address", "127.0.0.1:1"], 1, "--address 127.0.0.1:1", "ray start")
     refused(capsys, [*ask, "--address", "nowhere"], 1, "--address nowhere must be HOST:PORT")
     with pytest.raises(ConfigError, match=r"address='127.0.0.1:1'"):
         selection.select(mixer_run, executor="ray", address="127.0.0.1:1")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # the cluster Ray joins by default
+    refused(capsys, ask, 1, "the Ray cluster at RAY_ADDRESS=127.0.0.1:1")
     assert snapshot(mixer_run) == before  # no record, no state
 
 
