@@ -47,7 +47,8 @@ def locked() -> dict[str, Version]:
 
 def requirements() -> list[Requirement]:
     extras = PYPROJECT["optional-dependencies"]
-    return [Requirement(r) for r in [*PYPROJECT["dependencies"], *extras["dev"], *extras["docs"], *extras["ray"]]]
+    named = [*PYPROJECT["dependencies"], *extras["dev"], *extras["docs"], *extras["ray"]]
+    return [Requirement(r) for r in named]
 
 
 def test_the_lock_pins_each_package_once_and_no_cuda_or_torchvision():

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import sys
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -49,16 +48,6 @@ class KilledProcesses(ProcessExecutor):
     def __init__(self, marker: Path):
         super().__init__(workers=2)
         self.marker = str(marker)
-
-    def map(self, work, jobs, progress=False):
-        return super().map(partial(killed_once, self.marker, work), jobs, progress)
-
-
-@dataclass
-class KilledRay(RayExecutor):
-    """Ray tasks, the process of one of which dies in the middle of its first candidate."""
-
-    marker: str = ""
 
     def map(self, work, jobs, progress=False):
         return super().map(partial(killed_once, self.marker, work), jobs, progress)
@@ -110,32 +99,32 @@ def selected(run: Path, where: Path, executor, **settings) -> str:
 
 
 @pytest.mark.slow
-def test_worker_processes_give_the_local_record(mixer_run, local_text, tmp_path):
-    assert "round 1" in local_text and "selected:" in local_text
-    assert selected(mixer_run, tmp_path, "processes", workers=2) == local_text
-
-
-@pytest.mark.slow
-def test_ray_tasks_give_the_local_record(mixer_run, local_text, tmp_path, local_ray):
-    assert selected(mixer_run, tmp_path, "ray") == local_text
-
-
-@pytest.mark.slow
-def test_a_killed_worker_process_is_replaced_and_the_record_is_the_same(
+def test_worker_processes_give_the_local_record_with_a_worker_killed(
     mixer_run, local_text, tmp_path
 ):
+    """One test for both (a pool's start costs the suite about 5 s): the record of worker
+    processes, one of them killed in the middle of a candidate, is the local one."""
+    assert "round 1" in local_text and "selected:" in local_text
     marker = tmp_path / "killed"
     assert selected(mixer_run, tmp_path, KilledProcesses(marker)) == local_text
-    assert marker.exists()  # a worker did die
+    assert marker.exists()  # a worker did die, and its candidate trained again
 
 
 @pytest.mark.slow
-def test_a_killed_ray_task_is_retried_and_the_record_is_the_same(
-    mixer_run, local_text, tmp_path, local_ray
+def test_ella_select_on_ray_gives_the_local_record(
+    mixer_run, local_text, tmp_path, local_ray, capsys
 ):
+    copy = Path(shutil.copytree(mixer_run, tmp_path / "run"))
+    ask = ["select", str(copy), "--epochs", "1", "--no-progress", "--executor", "ray"]
+    assert main([*ask, "--workers", "2"]) == 0
+    assert capsys.readouterr().out.count(local_text) == 1
+
+
+def test_a_ray_task_whose_process_is_killed_is_retried(tmp_path, local_ray):
     marker = tmp_path / "killed"
-    assert selected(mixer_run, tmp_path, KilledRay(marker=str(marker))) == local_text
-    assert marker.exists()
+    work = partial(killed_once, str(marker), abs)
+    found = dict(RayExecutor().map(work, [-1, -2, -3]))
+    assert found == {0: 1, 1: 2, 2: 3} and marker.exists()
 
 
 def test_an_unreachable_ray_cluster_is_refused_before_any_work(mixer_run, capsys, monkeypatch):
