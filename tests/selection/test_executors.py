@@ -81,8 +81,10 @@ def local_text(mixer_run, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray instance with two CPUs for this module's Ray tests, shut down after."""
-    ray = pytest.importorskip("ray")
+    """A local Ray instance with two CPUs for this module's Ray tests, shut down after
+    (Ray is pinned in the lock, so a missing one fails here rather than skip its tests)."""
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
