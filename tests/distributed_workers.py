@@ -11,6 +11,8 @@ one process): :func:`ella.fit` on a small network; rank 0 writes its result.
 
 ``... distributed_workers.py ensembles DIR``: ``ella ensemble`` of each of
 :data:`ENSEMBLES` into ``DIR/METHOD``, one after the other in one launch.
+
+``... distributed_workers.py every DIR``: the three in one launch (:func:`every_job`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _evidence(model, data, world, batch_size: int = 4) -> dict:
     return {"value": float(value), "grad": grad.tolist(), "factors": factors}
 
 
-def evidence(out: str) -> None:
+def evidence_job(out: str) -> None:
+    """The evidence of every process's shard, summed, against one process's (rank 0 writes
+    ``out``)."""
     world = distributed.start()
     data = _data()
     model = user_model().double()
@@ -80,13 +84,17 @@ def evidence(out: str) -> None:
             "learner_single": alone.log_prior.tolist(),
         }
         Path(out).write_text(json.dumps(result))
+
+
+def evidence(out: str) -> None:
+    evidence_job(out)
     # every process waits for rank 0's single-process fit, then ends without tearing the
     # group down (rank 1 once aborted in the teardown while rank 0 still worked: CI,
     # 2026-11-24)
     distributed.end_process(0)
 
 
-def fit(out: str) -> None:
+def fit_job(out: str) -> None:
     """``ella.fit`` of a small network on a shuffled loader of 22 examples in batches of 8
     (the last one 6), evidence after every epoch, a test loader; in one process or, under
     torchrun, in several (each loading its part of every batch). Rank 0 writes the result
@@ -110,6 +118,10 @@ def fit(out: str) -> None:
     )
     if distributed.current().is_main:
         Path(out).write_text(json.dumps(result.as_dict()))
+
+
+def fit(out: str) -> None:
+    fit_job(out)
     distributed.end_process(0)
 
 
@@ -126,9 +138,9 @@ def ensemble_options(method: str, augment: str) -> list[str]:
     ]  # fmt: skip
 
 
-def ensembles(out: str) -> None:
+def ensembles_job(out: str) -> int:
     """``ella ensemble`` of every one of :data:`ENSEMBLES` into ``OUT/METHOD``, in one
-    process or, under torchrun, in several (one launch for all: a launch costs seconds)."""
+    process or, under torchrun, in several; its exit status."""
     from ella.cli import build_parser
 
     status = 0
@@ -136,8 +148,25 @@ def ensembles(out: str) -> None:
         argv = ["ensemble", *ensemble_options(method, augment), "--out", str(Path(out) / method)]
         args = build_parser().parse_args(argv)
         status = status or args.func(args)
-    sys.exit(distributed.end_process(status))
+    return status
+
+
+def ensembles(out: str) -> None:
+    sys.exit(distributed.end_process(ensembles_job(out)))
+
+
+def every_job(out: str) -> None:
+    """Under torchrun: :func:`evidence_job`, :func:`fit_job` and :func:`ensembles_job` into
+    ``OUT/evidence.json``, ``OUT/fit.json`` and ``OUT/ensembles`` in one launch of one
+    process group (each launch costs the suite about 15 s); with plain ``python``, the
+    one-process fit and ensembles alike (the evidence compares with one process itself)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if distributed.launched():
+        evidence_job(str(Path(out) / "evidence.json"))
+    fit_job(str(Path(out) / "fit.json"))
+    sys.exit(distributed.end_process(ensembles_job(str(Path(out) / "ensembles"))))
 
 
 if __name__ == "__main__":
-    {"evidence": evidence, "fit": fit, "ensembles": ensembles}[sys.argv[1]](*sys.argv[2:])
+    jobs = {"evidence": evidence, "fit": fit, "ensembles": ensembles, "every": every_job}
+    jobs[sys.argv[1]](*sys.argv[2:])

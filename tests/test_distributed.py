@@ -130,15 +130,23 @@ def test_not_launched_without_torchrun(monkeypatch):
 
 
 # ---------------------------------------------------------------- two processes
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> tuple[Path, Path]:
+    """The evidence, fit and ensembles works of ``tests/distributed_workers.py`` in one
+    process and in one torchrun launch of two (``every``: a launch costs the suite about
+    15 s); the directories of the one and of the two."""
+    where = tmp_path_factory.mktemp("distributed")
+    one, two = where / "one", where / "two"
+    run_alone_and_torchrun("tests/distributed_workers.py", "every", one=[str(one)], two=[str(two)])
+    return one, two
+
+
 @pytest.mark.slow
-def test_evidence_of_two_shards_equals_the_evidence_of_all_data(tmp_path):
+def test_evidence_of_two_shards_equals_the_evidence_of_all_data(launched):
     """Exact GGN, float64: every Kronecker factor, the log evidence and its gradient in the
     log precisions, summed over two processes' shards, equal one process's fit on all the
     data to relative 1e-6; so do the precisions after subset-evidence Adam steps."""
-    out = tmp_path / "evidence.json"
-    done = run_torchrun("tests/distributed_workers.py", "evidence", str(out))
-    assert done.returncode == 0, why(done)
-    r = json.loads(out.read_text())
+    r = json.loads((launched[1] / "evidence.json").read_text())
     assert r["world_size"] == 2
     sharded, single = r["sharded"], r["single"]
     assert sharded["value"] == pytest.approx(single["value"], rel=1e-6)
@@ -250,13 +258,12 @@ def test_torchrun_train_survives_a_killed_process_and_ends_where_one_process_end
 
 
 @pytest.mark.slow
-def test_fit_under_torchrun_equals_one_process(tmp_path):
+def test_fit_under_torchrun_equals_one_process(launched):
     """ella.fit in a script started by torchrun (the user's DataLoader resharded: 2
     processes load 4 + 4 of every batch of 8, 3 + 3 of the last batch of 6) ends with the
     precisions, evidence and metrics of one process, to relative 1e-9 in float64; only
     process 0 writes."""
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    run_alone_and_torchrun("tests/distributed_workers.py", "fit", one=[str(one)], two=[str(two)])
+    one, two = (where / "fit.json" for where in launched)
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert list(b["prior_precision"].values()) == pytest.approx(
         list(a["prior_precision"].values()), rel=1e-6
@@ -265,11 +272,11 @@ def test_fit_under_torchrun_equals_one_process(tmp_path):
     for row_a, row_b in zip(a["metrics"], b["metrics"], strict=True):
         for key in ("train_loss", "train_nll", "test_nll", "test_accuracy"):
             assert row_b[key] == pytest.approx(row_a[key], rel=1e-9)
-    assert len((tmp_path / "two.json.run" / "metrics.jsonl").read_text().splitlines()) == 3
+    assert len((launched[1] / "fit.json.run" / "metrics.jsonl").read_text().splitlines()) == 3
 
 
 @pytest.mark.slow
-def test_torchrun_ensembles_match_one_process(tmp_path):
+def test_torchrun_ensembles_match_one_process(launched):
     """Repulsive ensembles (FoRDE with sampled augmentation, function-space RDE with the
     orbit) in 2 processes (each with its part of every augmented batch; the repulsion's
     force from the features of the whole batch, gathered) train as in one process: train
@@ -277,10 +284,7 @@ def test_torchrun_ensembles_match_one_process(tmp_path):
     (float32). Both ensembles run in one launch of each kind."""
     from tests.distributed_workers import ENSEMBLES
 
-    one, two = tmp_path / "one", tmp_path / "two"
-    run_alone_and_torchrun(
-        "tests/distributed_workers.py", "ensembles", one=[str(one)], two=[str(two)]
-    )
+    one, two = (where / "ensembles" for where in launched)
     for method, _ in ENSEMBLES:
         runs = (one / method, two / method)
         rows = [
