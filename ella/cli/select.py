@@ -140,8 +140,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="where a round's candidates train: local, one after another in this process "
         "(default); processes, in --workers processes on this machine; ray, as tasks on "
-        "the Ray cluster at --address or on a local Ray instance (pip install "
-        "'ella-torch[ray]'); the record is the same under each",
+        "the Ray cluster at --address or on a local Ray instance (the extra "
+        "ella-torch[ray]); at equal threads per candidate the record is the same under each",
     )
     select.add_argument(
         "--workers",

@@ -240,8 +240,8 @@ class RayExecutor(Executor):
             import ray
         except ImportError:
             raise ConfigError(
-                f"{_said('executor', 'ray', self.flags)} needs Ray: pip install "
-                "'ella-torch[ray]' (or pip install ray)"
+                f"{_said('executor', 'ray', self.flags)} needs Ray, ella-torch's extra "
+                "ella-torch[ray]: pip install '.[ray]' in ella's checkout, or pip install ray"
             ) from None
         if self.address:
             example = _said("address", "10.0.0.1:6379", self.flags)

@@ -145,7 +145,7 @@ def test_ray_not_installed_is_refused_naming_the_extra(mixer_run, capsys, monkey
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     before = snapshot(mixer_run)
     ask = ["select", str(mixer_run), "--no-progress", "--executor", "ray"]
-    refused(capsys, ask, 1, "--executor ray needs Ray", "pip install 'ella-torch[ray]'")
+    refused(capsys, ask, 1, "--executor ray needs Ray", "ella-torch[ray]: pip install '.[ray]'")
     with pytest.raises(ConfigError, match=r"executor='ray' needs Ray"):
         selection.select(mixer_run, executor="ray")
     assert snapshot(mixer_run) == before
