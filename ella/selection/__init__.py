@@ -327,9 +327,8 @@ def select(
         )  # fmt: skip
     else:
         record = run_search(
-            run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds,
-            executor, workers, address,
-        )  # fmt: skip
+            run, chosen.name, epochs, data_dir, progress, overwrite, criterion, seeds, runner
+        )
     if record.get("finished") and "rounds" in record:
         record["decision"] = decision(record)
     return record
@@ -363,13 +362,12 @@ def run_search(
     chosen = search_of(search)
     criterion_of(criterion)  # refused before the run is read
     check_seeds(seeds)
-    executor_of(executor, workers=workers, address=address)
+    runner = executor_of(executor, workers=workers, address=address)
     paths = check_selectable(run_dir, epochs)
     run_dir = Path(run_dir)
     saved = read_json(run_dir / CONFIG, "run's configuration")
     scorer = run_criterion(run_dir, criterion)
     check_validation(scorer, saved.get("validation_size", 0), f"the run {run_dir}")
-    runner = executor_of(executor, workers=workers, address=address)
     if isinstance(runner, RayExecutor) and runner.gpus is None:
         runner = dataclasses.replace(runner, gpus=_gpus(saved))
     runner.check()  # a cluster that cannot be reached, before any work

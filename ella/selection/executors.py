@@ -108,6 +108,11 @@ class LocalExecutor(Executor):
             yield index, work(job)
 
 
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is an int of 1 or more (``True`` is not)."""
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
+
+
 def _cpus_per_worker(workers: int, cpus: int | None = None) -> int:
     """The CPUs each of ``workers`` gets so that together they use ``cpus`` once."""
     return max(1, (cpus or available_cpus()) // workers)
@@ -122,8 +127,9 @@ def _threads(cpus: float) -> int:
 @dataclass
 class ProcessExecutor(Executor):
     """A pool of ``workers`` spawned processes on this machine (default: one per CPU),
-    each with :func:`_cpus_per_worker` threads; a pool whose worker died is replaced
-    and the jobs not yet returned start again."""
+    each with :func:`_cpus_per_worker` threads, started at the first round and kept for
+    the next ones until :meth:`close`; a pool whose worker died is replaced and the jobs
+    not yet returned start again."""
 
     workers: int | None = None
     name = "processes"
@@ -131,12 +137,14 @@ class ProcessExecutor(Executor):
     def __post_init__(self):
         if self.workers is None:
             self.workers = available_cpus()
+        self._pool: ProcessPoolExecutor | None = None
 
     def check(self) -> None:
         """``workers`` must be an int of 1 or more."""
-        workers = self.workers
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ConfigError(f"workers (--workers) must be an int of 1 or more; got {workers!r}")
+        if not _is_count(self.workers):
+            raise ConfigError(
+                f"workers (--workers) must be an int of 1 or more; got {self.workers!r}"
+            )
 
     def map(self, work, jobs, progress=False):
         """The jobs on the pool, as each finishes."""
@@ -146,12 +154,12 @@ class ProcessExecutor(Executor):
         try:
             while pending:
                 broken = False
-                pool = ProcessPoolExecutor(
-                    min(self.workers, len(pending)), multiprocessing.get_context("spawn")
-                )
+                if self._pool is None:  # workers start as jobs need them (spawn)
+                    spawn = multiprocessing.get_context("spawn")
+                    self._pool = ProcessPoolExecutor(self.workers, spawn)
                 try:
                     futures = {
-                        pool.submit(run_job, work, threads, job, os.getcwd()): n
+                        self._pool.submit(run_job, work, threads, job, os.getcwd()): n
                         for n, job in pending.items()
                     }
                     waiting = set(futures)
@@ -167,11 +175,10 @@ class ProcessExecutor(Executor):
                             bar.update()
                             yield index, result
                 except BaseException:
-                    _terminate(pool)
+                    self._discard(terminate=True)
                     raise
-                finally:
-                    pool.shutdown(wait=True, cancel_futures=True)
                 if broken:
+                    self._discard()
                     failures += 1
                     if failures > MAX_RETRIES:
                         raise RuntimeError(
@@ -183,11 +190,20 @@ class ProcessExecutor(Executor):
         finally:
             bar.close()
 
+    def _discard(self, terminate: bool = False) -> None:
+        """Shut the pool down (``terminate``: its workers stopped at once, on an error or
+        an interrupt in this process); the next round starts another."""
+        if self._pool is None:
+            return
+        if terminate:
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
 
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Stop ``pool``'s workers at once (an error or an interrupt in this process)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
+    def close(self) -> None:
+        """Shut the pool down."""
+        self._discard()
 
 
 def _said(setting: str, value: Any, flags: bool) -> str:
@@ -279,7 +295,8 @@ class RayExecutor(Executor):
         """The jobs as Ray tasks, as each finishes."""
         import ray
 
-        self.check()
+        if not ray.is_initialized():  # used without run_search, which checked it
+            self.check()
         cpus = self._cpus()
         remote = ray.remote(run_job).options(
             num_cpus=cpus, num_gpus=self.gpus or 0, max_retries=MAX_RETRIES
@@ -353,9 +370,7 @@ def executor_of(
             f"{said('address', address)} names a Ray cluster: add {said('executor', 'ray')}, "
             "or leave the address out"
         )
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-    ):
+    if workers is not None and not _is_count(workers):
         raise ConfigError(
             f"{'--workers' if cli else 'workers'} must be an int of 1 or more; got {workers!r}"
         )
@@ -367,7 +382,6 @@ def executor_of(
         )
     if name == "processes":
         executor: Executor = ProcessExecutor(workers)
-        executor.check()
     elif name == "ray":
         executor = RayExecutor(address, workers, gpus, flags=cli)
     else:

@@ -34,8 +34,12 @@ from ella.io import save_json
 from ella.rundir import read_json
 from ella.selection.executors import Executor, LocalExecutor
 
+#: one candidate to train: the units it drops and the state it starts from (``None``: the run)
+Job = tuple[list[str], dict | None]
+
 __all__ = [
     "CALL_AT",
+    "Job",
     "MAX_SEEDS",
     "check_seeds",
     "gain_summary",
@@ -98,7 +102,7 @@ def train_each(
     key: str = "log_evidence",
     cache: Path | None = None,
     progress: bool = False,
-) -> Callable[[list[tuple[list[str], dict | None]]], Iterator[tuple[int, tuple[dict, dict]]]]:
+) -> Callable[[list[Job]], Iterator[tuple[int, tuple[dict, dict]]]]:
     """A round's candidates ``[(dropped, start), ...]`` trained by ``executor``, each at
     every one of ``seeds`` (``None``: once, at the run's own seed), yielded as
     ``(index, (row, end))`` as each candidate's last seed finishes.
@@ -112,7 +116,7 @@ def train_each(
     seed, whose weights the next round starts from, is trained again)."""
     wanted = seeds or [None]
 
-    def each(candidates: list[tuple[list[str], dict | None]]):
+    def each(candidates: list[Job]):
         done = read_json(cache, "replicates") if cache is not None and cache.is_file() else {}
         jobs, slots = [], []  # slots[n]: (candidate, seed's place, replicate's key)
         results: list[dict[int, Any]] = [{} for _ in candidates]
@@ -150,7 +154,7 @@ def replicated(
 
 
 def one_by_one(
-    each: Callable[[list[tuple[list[str], dict | None]]], Iterator[tuple[int, tuple[dict, dict]]]],
+    each: Callable[[list[Job]], Iterator[tuple[int, tuple[dict, dict]]]],
 ) -> Callable[[list[str], dict | None], tuple[dict, dict]]:
     """``train(dropped, start)``: one candidate of :func:`train_each`'s ``each``."""
 

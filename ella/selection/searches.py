@@ -47,17 +47,13 @@ from ella.selection.record import (
     read_selection,
     read_selection_state,
 )
-from ella.selection.replicates import gain_summary
+from ella.selection.replicates import Job, gain_summary
 from ella.selection.units import LAYER_PATHS, WHOLE_PATHS, UnitKind
-
-#: one candidate to train: the units it drops and the state it starts from (``None``: the run)
-Job = tuple[list[str], dict | None]
 
 __all__ = [
     "DEFAULT_SEARCH",
     "SEARCHES",
     "DropSearch",
-    "Job",
     "GreedySearch",
     "Search",
     "SearchContext",

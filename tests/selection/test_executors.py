@@ -129,6 +129,21 @@ def test_a_ray_task_whose_process_is_killed_is_retried(tmp_path, local_ray):
     assert found == {0: 1, 1: 2, 2: 3} and marker.exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux /proc")
+def test_worker_processes_serve_every_round_until_closed():
+    pid = partial(os.readlink)  # readlink("/proc/self"): the process's id, in the worker
+    executor = ProcessExecutor(workers=1)
+    try:
+        first, second = (
+            dict(executor.map(pid, ["/proc/self"])),
+            dict(executor.map(pid, ["/proc/self"])),
+        )
+    finally:
+        executor.close()
+    assert first == second and first[0] != str(os.getpid())  # one worker, started once
+    assert executor._pool is None
+
+
 def test_an_unreachable_ray_cluster_is_refused_before_any_work(mixer_run, capsys, monkeypatch):
     before = snapshot(mixer_run)
     ask = ["select", str(mixer_run), "--epochs", "1", "--no-progress", "--executor", "ray"]
