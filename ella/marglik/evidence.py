@@ -40,21 +40,14 @@ from ella.marglik.backends import (
     dependency_may_not_exit,
     require_finite,
 )
+from ella.marglik.hessians import HESSIANS
 from ella.marglik.kron_terms import KronEvidenceTerms
 from ella.marglik.laplace_internals import (
-    decompose,
-    dense_hessian,
-    fit_undecomposed,
-    hessian_scale,
-    kron_eigenvalues,
-    kron_factors,
     parameter_dtype,
     scale_to_n_data,
-    sum_factors,
 )
 from ella.marglik.per_channel import PerChannelView
 from ella.marglik.priors import PriorStructure
-from ella.marglik.support import UnsupportedModuleError, check_supported
 from ella.nn.paths import per_module_calls
 from ella.runtime.timing import section
 
@@ -124,9 +117,10 @@ class LaplaceEvidence:
         )
         self.sigma_noise = sigma_noise
         self.ggn = GGN.parse(ggn, "GGN type").for_backend(self.backend)
+        #: the structure's part of the evidence (:data:`~ella.marglik.hessians.HESSIANS`)
+        self.hessian = HESSIANS[self.structure]
         self._terms: KronEvidenceTerms | None = None
-        if self.structure == HessianStructure.KRON:
-            check_supported(self.view.network)
+        self.hessian.check_model(self.view.network)
         check_memory(model, self.structure)
         self._la = None
 
@@ -192,8 +186,10 @@ class LaplaceEvidence:
             )
         check_finite_weights(self.model)
         summed = world is not None and world.distributed
-        if summed and self.structure != HessianStructure.KRON:
-            raise ConfigError("a data-parallel evidence fit needs the Kronecker Hessian (kron)")
+        if summed:
+            self.hessian.check_factored(
+                "a data-parallel evidence fit needs the Kronecker Hessian (kron)"
+            )
         cls = LAPLACE_CLASSES[self.structure]
         la = cls(
             self.view.sync(),
@@ -209,29 +205,13 @@ class LaplaceEvidence:
             warnings.filterwarnings("ignore", message=".*non-full backward hook.*")
             with dependency_may_not_exit("the Laplace fit"), self._layout():
                 batches = FiniteBatches(loader, progress)
-                if self.structure != HessianStructure.KRON:
-                    la.fit(batches, progress_bar=False)
-                else:  # decomposed once, eigenvectors deferred (LazyKronDecomposed)
-                    fit_undecomposed(la, batches, progress=False)
-                    if summed:  # after the sum over the processes
-                        sum_factors(la, world.sum_)
-                    else:
-                        decompose(la)
-        self._check_finite_curvature(la)
-        if self.structure == HessianStructure.KRON:
-            blocks = len(kron_factors(la))
-            if blocks != self.prior.n_tensors:
-                raise UnsupportedModuleError(
-                    f"the {self.backend.value} backend returned {blocks} Kronecker blocks for "
-                    f"{self.prior.n_tensors} parameter tensors; a module is unsupported or "
-                    "not called as module(x) in forward"
-                )
+                self.hessian.fit(la, batches, world.sum_ if summed else None)
+        require_finite(self.hessian.curvature(la))
+        self.hessian.check_blocks(la, self.prior.n_tensors, self.backend.value)
         if n_data is not None and (n_data != la.n_data or curvature_ratio != 1.0):
             self._scale_to(la, n_data, curvature_ratio)
         self._la = la
-        self._terms = (
-            KronEvidenceTerms.from_laplace(la) if self.structure == HessianStructure.KRON else None
-        )
+        self._terms = self.hessian.terms(la)
 
     def _backend_options(self) -> dict[str, bool]:
         """The curvature backend's keyword arguments for :attr:`ggn`."""
@@ -242,8 +222,7 @@ class LaplaceEvidence:
 
     def _scale_to(self, la, n_data: int, curvature_ratio: float) -> None:
         """Turn a fit on ``M`` examples into the subset estimator of ``n_data`` points."""
-        if self.structure != HessianStructure.KRON:
-            raise ConfigError("subset evidence (n_data) needs structure='kron'")
+        self.hessian.check_factored("subset evidence (n_data) needs structure='kron'")
         with dependency_may_not_exit("the Laplace fit"):
             scale_to_n_data(la, n_data, curvature_ratio)
 
@@ -253,13 +232,6 @@ class LaplaceEvidence:
             return nullcontext()
         return per_module_calls(self.view.network)
 
-    def _check_finite_curvature(self, la) -> None:
-        if self.structure == HessianStructure.KRON:
-            factors = [f for block in kron_factors(la) for f in block]
-        else:
-            factors = [dense_hessian(la)]
-        require_finite(factors)
-
     def log_marginal_likelihood(self, log_prior_precision: torch.Tensor) -> torch.Tensor:
         """Laplace log evidence for per-group log precisions (n_groups,); differentiable.
 
@@ -268,12 +240,9 @@ class LaplaceEvidence:
         laplace-torch's ``log_marginal_likelihood``. Both give the same value
         (``tests/marglik/test_fast_evidence.py``).
         """
-        la = self.laplace
         if self._terms is not None:
             return self._terms.log_marginal_likelihood(self.prior, log_prior_precision)
-        precision = self.prior.expand(log_prior_precision.exp()).to(parameter_dtype(la))
-        with dependency_may_not_exit("the log marginal likelihood"):
-            return la.log_marginal_likelihood(prior_precision=precision)
+        return self.laplace_log_marginal_likelihood(log_prior_precision)
 
     def _kron_terms(self, what: str) -> KronEvidenceTerms:
         """The gathered Kronecker terms, or a :class:`ConfigError` saying that ``what``
@@ -306,21 +275,4 @@ class LaplaceEvidence:
     @torch.no_grad()
     def block_eigenvalues(self) -> list[torch.Tensor]:
         """Eigenvalues of the GGN block of each parameter tensor (clamped at 0)."""
-        la = self.laplace
-        factor = hessian_scale(la)
-        out = []
-        if self.structure == HessianStructure.KRON:
-            for eigs in kron_eigenvalues(la):
-                lam = eigs[0] if len(eigs) == 1 else torch.outer(eigs[0], eigs[1]).flatten()
-                out.append(lam.clamp_min(0) * factor)
-            return out
-        start = 0
-        for n in self.prior.numels:
-            if self.structure == HessianStructure.FULL:
-                block = dense_hessian(la)[start : start + n, start : start + n]
-                lam = torch.linalg.eigvalsh(block)
-            else:
-                lam = dense_hessian(la)[start : start + n]
-            out.append(lam.clamp_min(0) * factor)
-            start += n
-        return out
+        return self.hessian.block_eigenvalues(self.laplace, self.prior.numels)

@@ -10,25 +10,25 @@ from ella.choices import FCMode
 from ella.errors import ConfigError
 from ella.models.baselines import BASELINE_MODELS
 from ella.models.mixer import mixer
-from ella.nn.kinds import path_problems, zero_init_problem
+from ella.nn.kinds import declared_options, path_problems, zero_init_problem
+from ella.nn.options import LayerOptions
 
 __all__ = ["ModelOptions", "build_model", "check_mixer_options"]
 
 
 class ModelOptions(Protocol):
-    """The options of a configuration that describe its network."""
+    """The options of a configuration that describe its network: these, and the layers'
+    options (:class:`~ella.nn.options.LayerOptions`' fields and those the kinds of path
+    declare) by the same names, read by :meth:`~ella.nn.options.LayerOptions.of`."""
 
     model: str
     paths: tuple[str, ...]
     group: str
     width: int
-    gconv_mode: str
-    fc_mode: str
-    fc_rank: int
-    zero_init: tuple[str, ...]
-    norm: str
-    downsample: str
     pool: str
+    fc_rank: int
+    fc_mode: str
+    zero_init: tuple[str, ...]
 
 
 def check_mixer_options(config: ModelOptions) -> None:
@@ -58,8 +58,8 @@ def check_mixer_options(config: ModelOptions) -> None:
 
 def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: int) -> nn.Module:
     """A plain baseline (``mlp``, ``cnn``: ``width`` only) or a mixer with every mixer option
-    of ``config`` (paths, group, width, GCONV and FC modes, the paths that start at zero,
-    normalisation, downsampling, group pooling)."""
+    of ``config`` (paths, group, width, group pooling) and every layer option it holds
+    (:meth:`~ella.nn.options.LayerOptions.of`)."""
     if config.model in BASELINE_MODELS:
         return BASELINE_MODELS[config.model](in_channels, num_classes, size, width=config.width)
     return mixer(
@@ -69,11 +69,6 @@ def build_model(config: ModelOptions, in_channels: int, num_classes: int, size: 
         group=config.group,
         paths=config.paths,
         width=config.width,
-        gconv_mode=config.gconv_mode,
-        fc_mode=config.fc_mode,
-        fc_rank=config.fc_rank,
-        zero_init=config.zero_init,
-        norm=config.norm,
-        downsample=config.downsample,
         pool=config.pool,
+        options=LayerOptions.of(config, declared_options()),
     )

@@ -5,14 +5,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from ella.choices import DEFAULT_GROUP, Downsampling, FCMode, GConvMode, GroupPooling
+from ella.choices import DEFAULT_GROUP, GroupPooling
 from ella.groups import Group, layer_group
 from ella.nn import PATH_NAMES, GroupPool, Lift, RelaxedLayer
 from ella.nn._checks import as_size
+from ella.nn.kinds import declared_options
+from ella.nn.options import LayerOptions
 from ella.testing import equivariance_errors
 
 #: (channel multiplier of ``width``, stride) per layer, as in the ELLA paper's
@@ -78,6 +81,9 @@ class Mixer(nn.Module):
     channel (trivial group and a 1x1 map, e.g. the last layer at 32x32) is
     left unnormalised: normalising one value would zero it.
 
+    Every layer reads the same options (``options``, a
+    :class:`~ella.nn.options.LayerOptions`, or its fields by name as keywords).
+
     Submodules: ``lift``, ``layer1`` ... ``layerN`` (each a
     :class:`~ella.nn.RelaxedLayer`; also in :attr:`layers`), ``pool``, ``head``
     (Linear, ReLU, Linear). Prior groups are therefore named ``layer3.gconv``.
@@ -92,15 +98,10 @@ class Mixer(nn.Module):
         paths: Sequence[str] = PATH_NAMES,
         width: int = 2,
         blocks: Sequence[tuple[int, int]] = DEFAULT_BLOCKS,
-        kernel_size: int = 3,
-        fc_mode: FCMode | str = FCMode.FACTORIZED,
-        gconv_mode: GConvMode | str = GConvMode.FULL,
         pool: GroupPooling | str = GroupPooling.MAX,
         head_multiplier: int = 4,
-        norm: str = "none",
-        downsample: Downsampling | str = Downsampling.POLYPHASE,
-        fc_rank: int = 1,
-        zero_init: Sequence[str] = (),
+        options: LayerOptions | None = None,
+        **values: Any,
     ):
         super().__init__()
         if in_channels < 1 or num_classes < 1 or width < 1:
@@ -110,6 +111,10 @@ class Mixer(nn.Module):
             )
         if not blocks:
             raise ValueError("a mixer needs at least one block")
+        if options is None:
+            options = LayerOptions.named(values, declared_options(), where="Mixer")
+        elif values:
+            options = options.replace(**values)
         self.group = layer_group(group)
         self.in_channels = in_channels
         self.num_classes = num_classes
@@ -117,6 +122,8 @@ class Mixer(nn.Module):
         self.specs = plan_layers(in_channels, self.image_size, width, blocks)
         self.lift = Lift(self.group, in_channels)
         for s in self.specs:
+            # one value per channel (trivial group, 1x1 map) cannot be normalised
+            alone = self.group.order * s.out_size[0] * s.out_size[1] == 1
             self.add_module(
                 s.name,
                 RelaxedLayer(
@@ -125,15 +132,8 @@ class Mixer(nn.Module):
                     s.in_size,
                     group=self.group,
                     paths=paths,
-                    kernel_size=kernel_size,
                     stride=s.stride,
-                    fc_mode=fc_mode,
-                    fc_rank=fc_rank,
-                    zero_init=zero_init,
-                    gconv_mode=gconv_mode,
-                    downsample=downsample,
-                    # one value per channel (trivial group, 1x1 map) cannot be normalised
-                    norm=norm if self.group.order * s.out_size[0] * s.out_size[1] > 1 else "none",
+                    options=options.replace(norm="none") if alone else options,
                 ),
             )
         self.pool = GroupPool(self.group, mode=pool)
@@ -245,11 +245,11 @@ def mixer(
         group: group the input is lifted to (``"trivial"``, ``"C4"``, ``"D4"``).
         paths: non-empty subset of ``("fc", "conv", "gconv")``.
         width: channel multiplier; layer channels are ``width * (1, 2, 2, 4, 4, 8, 8, 16)``.
-        **kwargs: further :class:`Mixer` options (``blocks``, ``kernel_size``,
-            ``fc_mode``, ``fc_rank``, ``zero_init``, ``gconv_mode``, ``pool``,
-            ``head_multiplier``, ``norm``:
-            ``"instance"`` normalises before every ReLU, ``downsample``: ``"polyphase"`` or
-            ``"max"`` in the stride-2 layers; see :class:`~ella.nn.RelaxedLayer`).
+        **kwargs: further :class:`Mixer` options (``blocks``, ``pool``,
+            ``head_multiplier``, ``options``) and the layers' options by name
+            (:class:`~ella.nn.options.LayerOptions`: ``kernel_size``, ``fc_mode``,
+            ``fc_rank``, ``gconv_mode``, ``downsample``, ``norm``: ``"instance"``
+            normalises before every ReLU, ``zero_init``).
 
     Example:
         >>> model = mixer(1, 10, 28, group="C4", paths=("fc", "conv", "gconv"))

@@ -3,6 +3,7 @@
 from ella.nn.downsample import PolyphaseDownsample, polyphase_downsample
 from ella.nn.kinds import ALL_PATH_NAMES, PATH_KINDS, PATH_NAMES, path_columns
 from ella.nn.lift import GroupPool, Lift
+from ella.nn.options import LayerOptions
 from ella.nn.paths import ConvPath, FCPath, GConvPath, Path, ResidualConvPath, per_module_calls
 from ella.nn.relaxed import RelaxedLayer
 
@@ -14,6 +15,7 @@ __all__ = [
     "FCPath",
     "GConvPath",
     "GroupPool",
+    "LayerOptions",
     "Lift",
     "Path",
     "PolyphaseDownsample",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ella.nn.paths import ConvPath, FCPath, GConvPath, Path, ResidualConvPath
 
@@ -23,6 +24,7 @@ __all__ = [
     "PathProblem",
     "check_path_names",
     "check_zero_init",
+    "declared_options",
     "in_layer_order",
     "known_path_names",
     "path_columns",
@@ -39,6 +41,25 @@ PATH_NAMES: tuple[str, ...] = ("fc", "conv", "gconv")
 #: Every path name, in the order a layer holds them: the paper's, then the residual (the
 #: package reads :data:`PATH_KINDS`, which a new kind joins).
 ALL_PATH_NAMES: tuple[str, ...] = tuple(PATH_KINDS)
+
+
+def declared_options() -> dict[str, Any]:
+    """The options kinds of path declare for themselves
+    (:attr:`~ella.nn.paths.Path.own_options`), name -> default, over :data:`PATH_KINDS`.
+
+    Raises:
+        ValueError: two kinds declaring one name with different defaults.
+    """
+    declared: dict[str, Any] = {}
+    for kind in PATH_KINDS.values():
+        for name, default in kind.own_options.items():
+            if name in declared and declared[name] != default:
+                raise ValueError(
+                    f"the kinds of path declare option {name!r} with defaults "
+                    f"{declared[name]!r} and {default!r}; give one default or two names"
+                )
+            declared[name] = default
+    return declared
 
 
 def path_columns(present: Iterable[str]) -> tuple[str, ...]:

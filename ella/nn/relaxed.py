@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ella.choices import DEFAULT_GROUP, Downsampling, FCMode, GConvMode, Normalisation
+from ella.choices import DEFAULT_GROUP, Normalisation
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
-from ella.nn.kinds import PATH_KINDS, PATH_NAMES, check_path_names, check_zero_init
+from ella.nn.kinds import (
+    PATH_KINDS,
+    PATH_NAMES,
+    check_path_names,
+    check_zero_init,
+    declared_options,
+)
+from ella.nn.options import LayerOptions
 from ella.nn.paths import LiftedConvolution, convolve_paths, fusable_paths
 from ella.testing import equivariance_errors
 
@@ -55,33 +63,15 @@ class RelaxedLayer(nn.Module):
             both ``"conv"`` and ``"residual"``; ``("gconv", "residual")`` spans the CONV
             maps with the symmetry-breaking part on its own prior
             (:class:`~ella.nn.ResidualConvPath`).
-        kernel_size: odd kernel size of the CONV and GCONV paths.
         stride: 1, or 2: the CONV and GCONV paths compute at full resolution and halve
-            their output by ``downsample``; the FC path maps to the smaller grid.
-        fc_mode: :class:`~ella.choices.FCMode`, ``"factorized"`` or ``"dense"`` (see
-            :class:`~ella.nn.FCPath`).
-        fc_rank: projections per pair of channels of a factorised FC path
-            (:class:`~ella.nn.FCPath`'s ``rank``).
-        gconv_mode: :class:`~ella.choices.GConvMode`, ``"full"`` or ``"shared"`` (see
-            :class:`~ella.nn.GConvPath`).
+            their output by ``options.downsample``; the FC path maps to the smaller grid.
         activation: apply a ReLU after averaging the paths.
-        norm: ``"none"``, or ``"instance"``: before the ReLU, normalise each example's
-            channel over (group copies, H, W) to mean 0 and variance 1 (no
-            parameters). It commutes with the group's action, so it keeps every
-            path's symmetry, and it treats each example on its own, so the
-            Kronecker-factored evidence applies unchanged. It also makes the layer's
-            function invariant to a common scale ``c`` of its CONV and GCONV
-            weights and biases, and the log evidence invariant to that scale
-            together with the precisions' ``1/c^2``: the evidence does not fix the
-            scale of the layer's priors, and in long runs the precisions grow
-            without bound while the weights shrink.
-        downsample: ``"polyphase"`` (exactly shift and group equivariant) or ``"max"``
-            (2x2 max; exactly group equivariant, locally shift invariant); see
-            :class:`~ella.choices.Downsampling`.
-        zero_init: paths that start at zero (:meth:`~ella.nn.paths.Path.start_at_zero`):
-            ``("fc",)`` makes the layer begin as its convolutions, which the data can
-            then relax. Paths the layer lacks are skipped, a single-path layer keeps
-            its start (:func:`check_zero_init`), and a mixed layer must keep one path.
+        options: the options the paths read (:class:`~ella.nn.options.LayerOptions`:
+            kernel size, FC and GCONV modes, FC rank, downsampling, normalisation, the
+            paths that start at zero, and any option a kind declares). Defaults to
+            :class:`~ella.nn.options.LayerOptions`' defaults.
+        **values: options by name instead (``kernel_size=5``, ``fc_mode="dense"``,
+            ``norm="instance"``, ``zero_init=("fc",)``, ...), or changes to ``options``.
 
     Shapes:
         input (B, |G|, in_channels, H, W) -> output (B, |G|, out_channels, H/stride, W/stride).
@@ -94,15 +84,10 @@ class RelaxedLayer(nn.Module):
         image_size: int | tuple[int, int],
         group: str | Group = DEFAULT_GROUP,
         paths: Sequence[str] = PATH_NAMES,
-        kernel_size: int = 3,
         stride: int = 1,
-        fc_mode: FCMode | str = FCMode.FACTORIZED,
-        gconv_mode: GConvMode | str = GConvMode.FULL,
         activation: bool = True,
-        norm: Normalisation | str = "none",
-        downsample: Downsampling | str = Downsampling.POLYPHASE,
-        fc_rank: int = 1,
-        zero_init: Sequence[str] = (),
+        options: LayerOptions | None = None,
+        **values: Any,
     ):
         super().__init__()
         self.group = layer_group(group)
@@ -111,13 +96,12 @@ class RelaxedLayer(nn.Module):
         self.in_size = as_size(image_size)
         self.stride = stride
         self.activation = activation
-        options = dict(
-            kernel_size=kernel_size,
-            downsample=downsample,
-            fc_mode=fc_mode,
-            fc_rank=fc_rank,
-            gconv_mode=gconv_mode,
-        )
+        if options is None:
+            options = LayerOptions.named(values, declared_options())
+        elif values:
+            options = options.replace(**values)
+        #: the options the paths were built with
+        self.options = options
         self.paths = nn.ModuleDict({
             name: PATH_KINDS[name].for_layer(
                 options,
@@ -129,12 +113,12 @@ class RelaxedLayer(nn.Module):
             )
             for name in check_path_names(paths)
         })  # fmt: skip
-        for name in check_zero_init(zero_init, self.path_names):
+        for name in check_zero_init(options.zero_init, self.path_names):
             self.paths[name].start_at_zero()
         self.out_size = next(iter(self.paths.values())).out_size
         #: the one convolution of the fused paths (:func:`~ella.nn.paths.convolve_paths`)
         self.convolution = LiftedConvolution()
-        self.norm = Normalisation.parse(norm, "norm")
+        self.norm = Normalisation.parse(options.norm, "norm")
         positions = self.group.order * self.out_size[0] * self.out_size[1]
         if self.norm == Normalisation.INSTANCE and positions < 2:
             raise ValueError(

@@ -74,14 +74,15 @@ class WideConvPath(ConvPath):
 
     @classmethod
     def for_layer(cls, options, **common):
-        return cls(**common, kernel_size=5, downsample=options["downsample"])
+        return cls(**common, kernel_size=5, downsample=options.downsample)
 
 
 def test_a_new_kind_is_its_class_and_its_registry_entry(monkeypatch, float64):
     """A new kind joins by its class and one registry entry: the layer builds it, checks it,
     orders it, its prior groups are named by it, the report's columns show it, and the
     native evidence (whose blocks are found by class) equals ASDL's on it."""
-    from tests.marglik.test_native import NoHead, assert_same_evidence, fitted, zero_padded
+    from tests.cases import NoHead
+    from tests.marglik.problems import assert_same_evidence, fitted, zero_padded
 
     monkeypatch.setitem(PATH_KINDS, "wide", WideConvPath)
     layer = RelaxedLayer(2, 3, 8, "C4", paths=("wide", "gconv"))

@@ -15,6 +15,7 @@ from ella.choices import Downsampling
 from ella.groups import Group, layer_group
 from ella.nn._checks import as_size, check_lifted
 from ella.nn.downsample import downsample as downsample_by
+from ella.nn.options import LayerOptions
 
 
 @contextmanager
@@ -94,6 +95,9 @@ class Path(nn.Module):
     fan_in_rate: ClassVar[bool] = False
     #: the path's colour in figures of shares
     color: ClassVar[str] = "#666666"
+    #: options of this kind's own, name -> default: a layer's keyword and a configuration's
+    #: field of that name reach :meth:`for_layer` as ``options.own[name]``
+    own_options: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     def __init__(
         self,
@@ -129,10 +133,10 @@ class Path(nn.Module):
         self.out_size = (self.in_size[0] // stride, self.in_size[1] // stride)
 
     @classmethod
-    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> Path:
+    def for_layer(cls, options: LayerOptions, **common: Any) -> Path:
         """The path of a :class:`~ella.nn.RelaxedLayer`: ``common`` its channels, image
-        size, group and stride; ``options`` the layer's (``kernel_size``, ``downsample``,
-        ``fc_mode``, ``fc_rank``, ``gconv_mode``), of which the path takes its own."""
+        size, group and stride; ``options`` the layer's
+        (:class:`~ella.nn.options.LayerOptions`), of which the path takes its own."""
         raise NotImplementedError
 
     def rate_copies(self) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -11,6 +10,7 @@ from torch import nn
 
 from ella.choices import DEFAULT_GROUP, Downsampling
 from ella.groups import Group
+from ella.nn.options import LayerOptions
 from ella.nn.paths.base import (
     Path,
     check_kernel,
@@ -32,9 +32,9 @@ class ConvPath(Path):
     color = "#7570b3"
 
     @classmethod
-    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> ConvPath:
+    def for_layer(cls, options: LayerOptions, **common: Any) -> ConvPath:
         """A layer's CONV path: its kernel size and downsampling."""
-        return cls(**common, kernel_size=options["kernel_size"], downsample=options["downsample"])
+        return cls(**common, kernel_size=options.kernel_size, downsample=options.downsample)
 
     def __init__(
         self,

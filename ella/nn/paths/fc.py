@@ -4,7 +4,6 @@ input channel, stage 2 per output channel)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -13,6 +12,7 @@ from torch import nn
 from ella.choices import DEFAULT_GROUP, FCMode
 from ella.groups import Group
 from ella.nn.batched import BatchedLinear
+from ella.nn.options import LayerOptions
 from ella.nn.paths.base import (
     Path,
     contiguous_grad,
@@ -69,9 +69,9 @@ class FCPath(Path):
     color = "#d95f02"
 
     @classmethod
-    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> FCPath:
+    def for_layer(cls, options: LayerOptions, **common: Any) -> FCPath:
         """A layer's FC path: its mode and rank (it maps straight to the output grid)."""
-        return cls(**common, mode=options["fc_mode"], rank=options["fc_rank"])
+        return cls(**common, mode=options.fc_mode, rank=options.fc_rank)
 
     def __init__(
         self,

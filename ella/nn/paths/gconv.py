@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -10,6 +9,7 @@ from torch import nn
 
 from ella.choices import DEFAULT_GROUP, Downsampling, GConvMode
 from ella.groups import Group
+from ella.nn.options import LayerOptions
 from ella.nn.paths.base import (
     Path,
     check_kernel,
@@ -48,13 +48,13 @@ class GConvPath(Path):
     color = "#1b9e77"
 
     @classmethod
-    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> GConvPath:
+    def for_layer(cls, options: LayerOptions, **common: Any) -> GConvPath:
         """A layer's GCONV path: its kernel size, mode and downsampling."""
         return cls(
             **common,
-            kernel_size=options["kernel_size"],
-            mode=options["gconv_mode"],
-            downsample=options["downsample"],
+            kernel_size=options.kernel_size,
+            mode=options.gconv_mode,
+            downsample=options.downsample,
         )
 
     def rate_copies(self) -> int:

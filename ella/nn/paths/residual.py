@@ -4,7 +4,6 @@ it, meant beside a GCONV path."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -13,6 +12,7 @@ from torch import nn
 
 from ella.choices import DEFAULT_GROUP, Downsampling
 from ella.groups import Group
+from ella.nn.options import LayerOptions
 from ella.nn.paths.base import (
     Path,
     check_kernel,
@@ -91,9 +91,9 @@ class ResidualConvPath(Path):
     )
 
     @classmethod
-    def for_layer(cls, options: Mapping[str, Any], **common: Any) -> ResidualConvPath:
+    def for_layer(cls, options: LayerOptions, **common: Any) -> ResidualConvPath:
         """A layer's residual path: its kernel size and downsampling."""
-        return cls(**common, kernel_size=options["kernel_size"], downsample=options["downsample"])
+        return cls(**common, kernel_size=options.kernel_size, downsample=options.downsample)
 
     def __init__(
         self,
