@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests import cases
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -45,3 +47,18 @@ def one_loop(tmp_path_factory):
     from tests.one_loop import train_both_ways
 
     return train_both_ways(tmp_path_factory.mktemp("one_loop") / "run")
+
+
+# ---------------------------------------------------------------- the case matrix
+@pytest.fixture(params=list(cases.PATH_CASES))
+def path_case(request) -> str:
+    """Each path of :data:`tests.cases.PATH_CASES` (every kind of the registry, then the
+    variants), by id; :func:`tests.cases.make_path` builds it."""
+    return request.param
+
+
+@pytest.fixture(params=list(cases.EVIDENCE))
+def make_evidence(request):
+    """Each fitted evidence of :data:`tests.cases.EVIDENCE`, as the function that fits it
+    (called inside the test, after its other fixtures, ``float64`` among them)."""
+    return cases.EVIDENCE[request.param]

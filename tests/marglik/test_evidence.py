@@ -14,26 +14,12 @@ from ella.marglik import (
     effective_parameters,
 )
 from ella.models import mixer
-
-
-def blr_problem(n=40, d=5, sigma=0.3):
-    g = torch.Generator().manual_seed(1)
-    X = torch.randn(n, d, generator=g)
-    w = torch.randn(d, generator=g)
-    y = X @ w + sigma * torch.randn(n, generator=g)
-    return X, y[:, None], sigma
-
-
-def blr_log_evidence(X, y, sigma, delta):
-    """log N(y; 0, sigma^2 I + X X^T / delta): the exact Bayesian linear regression evidence."""
-    n = X.shape[0]
-    C = sigma**2 * torch.eye(n) + X @ X.T / delta
-    dist = torch.distributions.MultivariateNormal(torch.zeros(n), covariance_matrix=C)
-    return dist.log_prob(y[:, 0])
+from tests.cases import STOCK_BACKENDS
+from tests.marglik.problems import blr_log_evidence, blr_problem, tiny_data, tiny_mixer
 
 
 @pytest.mark.parametrize("structure", ["full", "kron"])
-@pytest.mark.parametrize("backend", ["asdl", "curvlinops"])
+@pytest.mark.parametrize("backend", STOCK_BACKENDS)
 @pytest.mark.parametrize("delta", [0.1, 1.0, 7.5])
 def test_bayesian_linear_regression_matches_closed_form(float64, structure, backend, delta):
     X, y, sigma = blr_problem()
@@ -57,18 +43,7 @@ def test_bayesian_linear_regression_matches_closed_form(float64, structure, back
     assert laplace == pytest.approx(exact, rel=1e-6)
 
 
-def tiny_mixer():
-    return mixer(1, 3, 6, group="C4", width=1, blocks=((1, 1), (2, 2)))
-
-
-def tiny_data(n=10):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 1, 6, 6, generator=g)
-    y = torch.randint(0, 3, (n,), generator=g)
-    return DataLoader(TensorDataset(x, y), batch_size=4)
-
-
-@pytest.mark.parametrize("backend", ["asdl", "curvlinops"])
+@pytest.mark.parametrize("backend", STOCK_BACKENDS)
 def test_gradient_matches_finite_differences(float64, backend):
     model = tiny_mixer()
     prior = PriorStructure(model)

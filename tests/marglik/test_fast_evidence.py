@@ -9,51 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure
-from ella.models import mixer
-
-
-def classification_evidence(
-    backend: str, structure: str, n_data: int | None = None, centred: bool = False
-):
-    """A width-1 C4 mixer on 20 random 8x8 images; ``centred``: the prior's mean is a random
-    vector (as the initial weights of a trained network would be)."""
-    torch.manual_seed(0)
-    model = mixer(1, 10, 8, "C4", width=1)
-    x, y = torch.randn(20, 1, 8, 8), torch.randint(10, (20,))
-    n_params = sum(p.numel() for p in model.parameters())
-    mean = torch.randn(n_params, generator=torch.Generator().manual_seed(1)) if centred else None
-    evidence = LaplaceEvidence(
-        model, PriorStructure(model, structure), backend=backend, prior_mean=mean
-    )
-    evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8), n_data=n_data)
-    return evidence
-
-
-def regression_evidence():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
-    x = torch.randn(30, 3)
-    y = torch.sin(x[:, :2]) + 0.1 * torch.randn(30, 2)
-    evidence = LaplaceEvidence(
-        model, PriorStructure(model, "tensor"), likelihood="regression", sigma_noise=0.3
-    )
-    evidence.fit(DataLoader(TensorDataset(x, y), batch_size=8))
-    return evidence
-
-
-CASES = {
-    "native, layer_path": lambda: classification_evidence("native", "layer_path"),
-    "native, tensor": lambda: classification_evidence("native", "tensor"),
-    "native, scalar": lambda: classification_evidence("native", "scalar"),
-    "asdl, layer_path": lambda: classification_evidence("asdl", "layer_path"),
-    "native, subset of 20 for N=300": lambda: classification_evidence(
-        "native", "layer_path", n_data=300
-    ),
-    "regression, sigma 0.3": regression_evidence,
-    "native, prior centred at a random mean": lambda: classification_evidence(
-        "native", "layer_path", centred=True
-    ),
-}
+from tests.cases import classification_evidence
 
 
 def test_a_centred_prior_changes_only_the_scatter_term(float64):
@@ -75,9 +31,8 @@ def test_a_centred_prior_changes_only_the_scatter_term(float64):
     )
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_fast_kron_evidence_equals_laplace_torch(float64, case):
-    evidence = CASES[case]()
+def test_fast_kron_evidence_equals_laplace_torch(float64, make_evidence):
+    evidence = make_evidence()
     n = evidence.prior.n_groups
     for log_delta in (torch.zeros(n), torch.linspace(-3.0, 2.0, n)):
         values, grads = [], []
@@ -105,11 +60,10 @@ def test_fast_kron_evidence_follows_a_refit(float64):
     assert second == pytest.approx(evidence.laplace_log_marginal_likelihood(log_delta).item())
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_optimal_log_prior_is_the_maximum_of_laplace_torchs_evidence(float64, case):
+def test_optimal_log_prior_is_the_maximum_of_laplace_torchs_evidence(float64, make_evidence):
     """The closed-form optimum is a stationary point of laplace-torch's own evidence, and
     moving any group's precision away from it lowers that evidence."""
-    evidence = CASES[case]()
+    evidence = make_evidence()
     optimum = evidence.optimal_log_prior()
     assert optimum.shape == (evidence.prior.n_groups,)
     # a group whose maximum is at infinity gets the bound: untrained (zero) biases have

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ella.marglik import LaplaceEvidence, PriorStructure, kept_log_evidence
-from tests.marglik.test_evidence import blr_log_evidence
+from tests.marglik.problems import blr_log_evidence
 
 
 class TwoBlocks(nn.Module):

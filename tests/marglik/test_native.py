@@ -27,15 +27,15 @@ from ella.marglik.laplace_internals import kron_eigenvalues, kron_factors
 from ella.marglik.native import NativeGGN
 from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
 from ella.models import mixer
-from ella.nn import GConvPath, GroupPool, Lift, RelaxedLayer, ResidualConvPath
-
-
-def zero_padded(model: nn.Module) -> nn.Module:
-    model = copy.deepcopy(model)
-    for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            m.padding_mode = "zeros"
-    return model
+from ella.nn import GroupPool, Lift, RelaxedLayer
+from tests.cases import NETWORKS, NoHead
+from tests.marglik.problems import (
+    assert_same_evidence,
+    blr_log_evidence,
+    blr_problem,
+    fitted,
+    zero_padded,
+)
 
 
 class CircularPad(nn.Module):
@@ -67,102 +67,7 @@ def explicit_padding(model: nn.Module) -> nn.Module:
     return model
 
 
-class NoHead(nn.Module):
-    """Two relaxed layers (the second with stride 2), pooled over the group and space:
-    the last parameterised layer is a relaxed layer, not an ``nn.Linear``."""
-
-    def __init__(self, group: str, paths, **kwargs):
-        super().__init__()
-        self.lift = Lift(group)
-        self.layer1 = RelaxedLayer(1, 2, 8, group, paths=paths, **kwargs)
-        self.layer2 = RelaxedLayer(2, 5, 8, group, paths=paths, stride=2, **kwargs)
-        self.pool = GroupPool(group)
-
-    def forward(self, x):
-        z = self.layer2(torch.relu(self.layer1(self.lift(x))))
-        return self.pool(z).mean(dim=(-2, -1))
-
-
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def fitted(model, backend, ggn="exact", seed=0, device="cpu"):
-    """The evidence fitted on fixed random data (made on the CPU, then moved to
-    ``device`` with the model); ``seed`` seeds the MC labels."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(22, 1, 8, 8, generator=g)
-    with torch.no_grad():
-        k = model(x[:1]).shape[-1]
-    y = torch.randint(k, (22,), generator=g)
-    model = model.to(device)
-    prior = PriorStructure(model)
-    evidence = LaplaceEvidence(model, prior, backend=backend, ggn=ggn)
-    torch.manual_seed(seed)  # the MC labels (CPU and every GPU)
-    evidence.fit(DataLoader(TensorDataset(x.to(device), y.to(device)), batch_size=8))
-    return evidence
-
-
-def assert_same_evidence(native, reference, rtol=1e-6):
-    kn, kr = kron_factors(native.laplace), kron_factors(reference.laplace)
-    assert len(kn) == len(kr) == native.prior.n_tensors
-    for block_n, block_r in zip(kn, kr, strict=True):
-        assert len(block_n) == len(block_r)
-        for a, b in zip(block_n, block_r, strict=True):
-            a, b = a.cpu(), b.cpu()
-            torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
-    values, grads = [], []
-    for evidence in (native, reference):
-        device = next(evidence.model.parameters()).device
-        log_delta = torch.linspace(-2.0, 1.5, native.prior.n_groups, device=device)
-        log_delta.requires_grad_()
-        value = evidence.log_marginal_likelihood(log_delta)
-        values.append(value)
-        grads.append(torch.autograd.grad(value, log_delta)[0].cpu())
-    assert values[0].item() == pytest.approx(values[1].item(), rel=rtol)
-    torch.testing.assert_close(
-        grads[0], grads[1], rtol=rtol, atol=rtol * float(grads[1].abs().max())
-    )
-
-
-class LoneGConv(nn.Module):
-    """A full GCONV (or residual) path used on its own (no relaxed layer) in a user's
-    network."""
-
-    def __init__(self, group: str, stride: int = 2, path: type = GConvPath):
-        super().__init__()
-        self.lift = Lift(group)
-        self.gconv = path(1, 3, 8, group, stride=stride)
-        self.pool = GroupPool(group)
-        self.head = nn.Linear(3, 4)
-
-    def forward(self, x):
-        z = torch.relu(self.gconv(self.lift(x)))
-        return self.head(self.pool(z).mean(dim=(-2, -1)))
-
-
-MODELS = {
-    "C4 mixed": lambda: mixer(1, 10, 8, "C4", width=1),
-    "D4 mixed shared": lambda: mixer(1, 10, 8, "D4", width=1, gconv_mode="shared"),
-    "C4 dense fc": lambda: mixer(1, 10, 8, "C4", width=1, fc_mode="dense"),
-    "C4 mixed fc rank 2": lambda: mixer(1, 10, 8, "C4", width=1, fc_rank=2),
-    "trivial fc only rank 3": lambda: mixer(1, 10, 8, "trivial", paths=("fc",), width=1, fc_rank=3),
-    "C4 fc only": lambda: mixer(1, 10, 8, "C4", paths=("fc",), width=1),
-    "D4 conv only": lambda: mixer(1, 10, 8, "D4", paths=("conv",), width=1),
-    "C4 gconv only": lambda: mixer(1, 10, 8, "C4", paths=("gconv",), width=1),
-    "C4 mixed instance norm": lambda: mixer(1, 10, 8, "C4", width=1, norm="instance"),
-    "C4 mixed max downsampling": lambda: mixer(
-        1, 10, 8, "C4", width=1, norm="instance", downsample="max"
-    ),
-    "D4 conv+gconv no head max downsampling": lambda: NoHead(
-        "D4", ("conv", "gconv"), downsample="max"
-    ),
-    "D4 fc+gconv no head": lambda: NoHead("D4", ("fc", "gconv")),
-    "C4 mixed no head": lambda: NoHead("C4", ("fc", "conv", "gconv")),
-    "D4 lone gconv path": lambda: LoneGConv("D4"),
-    "C4 gconv+residual": lambda: mixer(1, 10, 8, "C4", paths=("gconv", "residual"), width=1),
-    "D4 fc+gconv+residual no head": lambda: NoHead("D4", ("fc", "gconv", "residual")),
-    "C4 lone residual path": lambda: LoneGConv("C4", path=ResidualConvPath),
-}
 
 
 #: the models Curvlinops checks too: one of each kind of path and layer; ASDL, which
@@ -174,11 +79,11 @@ CURVLINOPS_MODELS = [
 
 @pytest.mark.parametrize(
     "backend, name",
-    [("asdl", name) for name in MODELS]
+    [("asdl", name) for name in NETWORKS]
     + [pytest.param("curvlinops", name, marks=pytest.mark.slow) for name in CURVLINOPS_MODELS],
 )
 def test_native_equals_stock_backends_with_zero_padding(float64, name, backend):
-    model = zero_padded(MODELS[name]())
+    model = zero_padded(NETWORKS[name]())
     assert_same_evidence(fitted(model, "native"), fitted(model, backend))
 
 
@@ -186,13 +91,13 @@ def test_native_equals_stock_backends_with_zero_padding(float64, name, backend):
     "name", ["C4 mixed", "D4 mixed shared", "C4 mixed no head", "D4 fc+gconv+residual no head"]
 )
 def test_native_equals_asdl_on_explicit_circular_padding(float64, name):
-    model = MODELS[name]()
+    model = NETWORKS[name]()
     assert_same_evidence(fitted(model, "native"), fitted(explicit_padding(model), "asdl"))
 
 
 @pytest.mark.parametrize("name", ["C4 mixed", "D4 fc+gconv no head"])
 def test_monte_carlo_ggn_samples_the_same_labels_as_asdl(float64, name):
-    model = zero_padded(MODELS[name]())
+    model = zero_padded(NETWORKS[name]())
     assert_same_evidence(fitted(model, "native", "mc", seed=3), fitted(model, "asdl", "mc", seed=3))
 
 
@@ -202,7 +107,7 @@ def test_monte_carlo_ggn_samples_the_same_labels_as_asdl(float64, name):
 )
 def test_native_on_cuda_equals_native_on_cpu(float64, name):
     """The same code on a GPU: exact-GGN factors, evidence and gradient as on the CPU."""
-    model = MODELS[name]()
+    model = NETWORKS[name]()
     on_cpu = fitted(copy.deepcopy(model), "native")
     assert_same_evidence(fitted(model, "native", device="cuda"), on_cpu)
 
@@ -210,7 +115,7 @@ def test_native_on_cuda_equals_native_on_cpu(float64, name):
 @CUDA
 @pytest.mark.parametrize("name", ["C4 mixed", "D4 fc+gconv no head"])
 def test_monte_carlo_ggn_on_cuda_samples_the_same_labels_as_asdl(float64, name):
-    model = zero_padded(MODELS[name]())
+    model = zero_padded(NETWORKS[name]())
     native = fitted(copy.deepcopy(model), "native", "mc", seed=3, device="cuda")
     assert_same_evidence(native, fitted(model, "asdl", "mc", seed=3, device="cuda"))
 
@@ -244,8 +149,6 @@ def test_circular_patches_reproduce_the_weight_gradient(float64):
 
 @pytest.mark.parametrize("delta", [0.1, 7.5])
 def test_native_regression_matches_bayesian_linear_regression(float64, delta):
-    from tests.marglik.test_evidence import blr_log_evidence, blr_problem
-
     X, y, sigma = blr_problem()
     model = nn.Linear(X.shape[1], 1, bias=False)
     A = X.T @ X / sigma**2 + delta * torch.eye(X.shape[1])
@@ -302,7 +205,7 @@ def test_group_copies_share_the_gconv_filter_as_expand(float64):
 
 
 def test_chunking_a_batch_changes_nothing(float64):
-    model = PerChannelView(MODELS["C4 mixed"]()).network
+    model = PerChannelView(NETWORKS["C4 mixed"]()).network
     x, y = torch.randn(10, 1, 8, 8), torch.randint(10, (10,))
     results = []
     for chunk in (3, 128):
@@ -326,7 +229,7 @@ def test_a_graph_without_the_input_gives_the_same_factors(float64):
     """The factors are computed with the input, not the weights, in the graph; where a
     layer's output does not depend on the input differentiably the fit falls back to
     the weights' graph, with the same factors as without the cut."""
-    model = PerChannelView(MODELS["C4 mixed"]()).network
+    model = PerChannelView(NETWORKS["C4 mixed"]()).network
     cut = nn.Sequential(DetachedInput(), model)
     x, y = torch.randn(6, 1, 8, 8), torch.randint(10, (6,))
     _, plain = NativeGGN(model, "classification").kron(x, y, N=6)
@@ -337,7 +240,7 @@ def test_a_graph_without_the_input_gives_the_same_factors(float64):
 
 
 def test_a_fit_leaves_every_parameters_requires_grad_as_it_was(float64):
-    model = MODELS["C4 mixed"]()
+    model = NETWORKS["C4 mixed"]()
     model.layer1.paths["conv"].requires_grad_(False)  # a path the user froze
     before = {n: p.requires_grad for n, p in model.named_parameters()}
     network = PerChannelView(model).network

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella import PriorLearner
 from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure, laplace_response
-from tests.marglik.test_evidence import blr_problem
+from tests.marglik.problems import blr_problem
 
 
 def centred_problem():
@@ -87,7 +87,7 @@ def test_the_response_moves_every_per_channel_block_of_an_fc_network(float64):
     ``(K + delta_new)^{-1} (K + delta_old) theta`` with its own dense Kronecker block
     ``K = B (x) A``, and the stacked tensors of the model receive the moved maps."""
     from ella.marglik.laplace_internals import hessian_scale, kron_factors
-    from tests.marglik.test_evidence import tiny_data, tiny_mixer
+    from tests.marglik.problems import tiny_data, tiny_mixer
 
     model = tiny_mixer().double()
     evidence = LaplaceEvidence(model, PriorStructure(model))
@@ -124,7 +124,7 @@ def test_every_path_set_takes_a_round_with_each_response_backend_and_dtype(
     round runs, its weights stay finite, and with the response they move where the
     precisions did."""
     from ella.models import mixer
-    from tests.marglik.test_evidence import tiny_data
+    from tests.marglik.problems import tiny_data
 
     model = mixer(1, 3, 6, group="C4", paths=paths, width=1, blocks=((1, 1), (2, 2))).to(dtype)
     learner = PriorLearner(

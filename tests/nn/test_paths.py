@@ -4,8 +4,16 @@ from torch import nn
 
 from ella.groups import CircularTranslations, get_group
 from ella.nn import ConvPath, FCPath, GConvPath, RelaxedLayer, ResidualConvPath, per_module_calls
+from ella.nn.kinds import PATH_KINDS
 from ella.nn.paths import contiguous_grad, residual_basis
 from ella.testing import assert_equivariant, equivariance_errors
+from tests.cases import (
+    GROUP_EQUIVARIANT,
+    KINDS,
+    NONTRIVIAL_GROUPS,
+    TRANSLATION_EQUIVARIANT,
+    make_path,
+)
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
 
@@ -15,18 +23,8 @@ def lifted(group, c=2, size=8, b=3):
 
 # ---------------------------------------------------------------- shapes and counts
 @pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda s: FCPath(2, 3, 8, "C4", stride=s),
-        lambda s: FCPath(2, 3, 8, "C4", stride=s, mode="dense"),
-        lambda s: ConvPath(2, 3, 8, "C4", stride=s),
-        lambda s: GConvPath(2, 3, 8, "C4", stride=s),
-        lambda s: GConvPath(2, 3, 8, "C4", stride=s, mode="shared"),
-    ],
-)
-def test_shapes(make, stride):
-    path = make(stride)
+def test_shapes(path_case, stride):
+    path = make_path(path_case, 2, 3, 8, "C4", stride=stride)
     out = path(lifted("C4"))
     assert out.shape == (3, 4, 3, 8 // stride, 8 // stride)
     assert path.out_size == (8 // stride, 8 // stride)
@@ -97,7 +95,7 @@ def test_fc_rank_needs_the_factorised_mode():
 
 
 # ---------------------------------------------------------------- symmetry
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("mode", ["full", "shared"])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_gconv_path_is_group_equivariant(group, mode, stride):
@@ -105,9 +103,13 @@ def test_gconv_path_is_group_equivariant(group, mode, stride):
     assert_equivariant(path, group, lifted(group), in_action="lifted", out_action="lifted")
 
 
-@pytest.mark.parametrize("make", [ConvPath, GConvPath])
-def test_conv_paths_are_translation_equivariant(make):
-    path = make(2, 3, 8, "C4")
+def test_the_symmetries_name_kinds_of_the_registry():
+    assert set(GROUP_EQUIVARIANT) | set(TRANSLATION_EQUIVARIANT) <= set(KINDS)
+
+
+@pytest.mark.parametrize("kind", TRANSLATION_EQUIVARIANT)
+def test_conv_paths_are_translation_equivariant(kind):
+    path = PATH_KINDS[kind](2, 3, 8, "C4")
     shifts = CircularTranslations(8, 8)
     assert_equivariant(
         path,
@@ -119,15 +121,16 @@ def test_conv_paths_are_translation_equivariant(make):
     )
 
 
-@pytest.mark.parametrize("make", [ConvPath, FCPath])
-def test_conv_and_fc_paths_are_not_group_equivariant(make):
-    path = make(2, 3, 8, "C4")
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in GROUP_EQUIVARIANT])
+def test_the_other_kinds_are_not_group_equivariant(kind):
+    path = PATH_KINDS[kind](2, 3, 8, "C4")
     errors = equivariance_errors(path, "C4", lifted("C4"), in_action="lifted", out_action="lifted")
     assert min(errors[g] for g in (1, 2, 3)) > 1e-2
 
 
-def test_fc_path_is_not_translation_equivariant():
-    path = FCPath(2, 3, 8, "C4")
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in TRANSLATION_EQUIVARIANT])
+def test_the_other_kinds_are_not_translation_equivariant(kind):
+    path = PATH_KINDS[kind](2, 3, 8, "C4")
     errors = equivariance_errors(
         path,
         CircularTranslations(8, 8),
@@ -177,7 +180,7 @@ def test_fc_batched_forward_equals_one_call_per_channel(float64, stride, rank):
     assert_same_as_module_calls(path, lifted("C4", c=3))
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("stride", [1, 2])
 def test_gconv_expanded_filter_equals_the_gathered_copies(float64, group, stride):
     """A full GCONV path's one convolution with the expanded filter is its definition
@@ -255,7 +258,7 @@ def group_average(module, group, z):
         )
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("calls", [False, True])
 def test_the_residual_path_has_no_equivariant_part(float64, group, calls):
     """Its group average is zero (a CONV path's is not), and it is not equivariant itself.
@@ -278,7 +281,7 @@ def test_the_residual_basis_is_orthonormal_and_sums_to_zero(float64):
         torch.testing.assert_close(basis.sum(0), torch.zeros(order - 1))
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_gconv_and_residual_span_the_conv_path(float64, group):
     """Every CONV path is a GCONV path plus a residual path: the CONV filter split into its
     group average and the rest, ``V[h, k] = W[h, k h]``."""
@@ -299,7 +302,7 @@ def test_gconv_and_residual_span_the_conv_path(float64, group):
         torch.testing.assert_close(gconv(z) + residual(z), conv(z))
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("stride", [1, 2])
 def test_residual_lifted_filter_equals_the_gathered_copies(float64, group, stride):
     assert_same_as_module_calls(ResidualConvPath(3, 2, 8, group, stride=stride), lifted(group, c=3))
