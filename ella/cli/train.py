@@ -12,7 +12,7 @@ from ella.cli.common import (
     run_claimed,
 )
 from ella.errors import ConfigError
-from ella.train.config import HELP, TrainConfig
+from ella.train.config import TrainConfig, help_texts
 
 
 @reports_errors
@@ -56,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         sub,
         "train",
         TrainConfig,
-        HELP,
+        help_texts(),
         cmd_train,
         "run",
         help="train with learned layer-wise priors (the main job)",

@@ -1,22 +1,21 @@
-"""Image classification data sets, their variants, and where their files come from.
+"""Image classification data sets, their variants, and loading them by name.
 
 A data set name is ``[variant_]base``:
 
-* bases: ``mnist_subset`` (shipped in the package: the first 3000 training and
-  1000 test images of MNIST), ``mnist``, ``fashion_mnist`` (original IDX gzip
-  files), ``cifar10`` (``cifar-10-python.tar.gz`` or its extracted
-  ``cifar-10-batches-py/``), ``cifar10_subset`` (``cifar10-subset/cifar10_subset.npz``,
-  3805 training and 761 test images);
-* variants, each a per-sample transform with a fixed seed (the same data every
-  time; train and test drawn independently): ``rotated`` (angle U[-180, 180]
-  degrees), ``translated`` (shift U{-8..8} pixels), ``scaled`` (factor
-  log-uniform in [0.7, 1.4]), ``c4``/``d4`` (a random exact group element),
-  ``quadrant`` (the ELLA paper's Table 1: the image in a random quadrant of a
-  2S x 2S canvas, resized to 32x32, labelled by class) and ``quadrant40``
-  (the same images labelled by (class, quadrant): ``4 * class + quadrant``).
+* bases: the registered data sets (:data:`ella.data.registry.DATASETS`; more with
+  :func:`~ella.data.registry.register_dataset`), built in (:data:`BUILT_IN`, each with
+  its images and files): ``mnist_subset`` (shipped in the package), ``mnist``,
+  ``fashion_mnist``, ``cifar10`` and ``cifar10_subset``;
+* variants (:data:`ella.data.registry.VARIANT_TABLE`), each a per-sample transform with
+  a fixed seed (the same data every time; train and test drawn independently):
+  ``rotated`` (angle U[-180, 180] degrees), ``translated`` (shift U{-8..8} pixels),
+  ``scaled`` (factor log-uniform in [0.7, 1.4]), ``c4``/``d4`` (a random exact group
+  element), ``quadrant`` (the ELLA paper's Table 1: the image in a random quadrant of a
+  2S x 2S canvas, resized to 32x32, labelled by class) and ``quadrant40`` (the same
+  images labelled by (class, quadrant): ``4 * class + quadrant``).
 
 Images are scaled to [0, 1], transformed, then standardised with the base's
-training-set mean and standard deviation (:data:`STATS`). Test sets are never
+training-set mean and standard deviation (:func:`standardisation`). Test sets are never
 augmented: training-time augmentation is separate (:func:`ella.data.transforms.augment`).
 """
 
@@ -35,18 +34,27 @@ from torch.utils.data import TensorDataset
 
 from ella.data import transforms as T
 from ella.data.files import DataFileError, data_root, read_idx, verified_path
+from ella.data.registry import (
+    DATASETS,
+    VARIANT_TABLE,
+    VARIANTS,
+    Arrays,
+    BaseDataset,
+    DataFile,
+    npz_loader,
+    register_dataset,
+)
 from ella.errors import ConfigError, InputDataError
 
 EMBEDDED_MNIST = "mnist_subset.npz"
 _IDX_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
-BASES = ("mnist_subset", "mnist", "fashion_mnist", "cifar10", "cifar10_subset")
-VARIANTS = ("rotated", "translated", "scaled", "c4", "d4", "quadrant", "quadrant40")
-#: per-channel (mean, std) of the training sets, for standardising inputs
-STATS = {
-    "mnist": ((0.1307,), (0.3081,)),
-    "fashion_mnist": ((0.2860,), (0.3530,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
+#: the IDX files of a split pair: train images, train labels, test images, test labels
+_IDX_STEMS = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 #: seeds of the variant transforms for the train and test split
 VARIANT_SEEDS = {"train": 1234, "test": 5678}
 
@@ -148,34 +156,44 @@ def check_labels(
 
 def available_datasets() -> list[str]:
     """Every name :func:`load_dataset` knows: the bases and each variant of each."""
-    return [*BASES, *(f"{v}_{b}" for v in VARIANTS for b in BASES)]
+    bases = DATASETS.values()
+    return [*DATASETS, *(f"{v}_{d.name}" for v in VARIANTS for d in bases if v in d.variants)]
 
 
 def parse_name(name: str) -> tuple[str | None, str]:
     """``"rotated_mnist"`` -> ``("rotated", "mnist")``; ``"mnist"`` -> ``(None, "mnist")``."""
     key = name.lower().replace("-", "_")
-    if key in BASES:
+    if key in DATASETS:
         return None, key
     variant, _, base = key.partition("_")
-    if variant in VARIANTS and base in BASES:
+    if variant in VARIANTS and base in DATASETS:
+        if variant not in DATASETS[base].variants:
+            raise ConfigError(
+                f"dataset {name!r}: {base} has no variant {variant}; use {base} itself or "
+                f"one of its variants ({', '.join(DATASETS[base].variants) or 'none'})"
+            )
         return variant, base
     raise ConfigError(
-        f"unknown dataset {name!r}; use a base ({', '.join(BASES)}) optionally prefixed by a "
-        f"variant ({', '.join(VARIANTS)}), e.g. rotated_mnist"
+        f"unknown dataset {name!r}; use a base ({', '.join(DATASETS)}) optionally prefixed by "
+        f"a variant ({', '.join(VARIANTS)}), e.g. rotated_mnist"
     )
 
 
 def image_side(name: str) -> int:
-    """The side in pixels of a data set's images, from its name (:func:`parse_name`):
-    32 for CIFAR-10 and the quadrant variants' canvas, 28 for the MNIST sets."""
+    """The side in pixels of a data set's images, from its name (:func:`parse_name`): the
+    variant's (32 for the quadrant canvas), else the base's (32 for CIFAR-10, 28 for MNIST)."""
     variant, base = parse_name(name)
-    return 32 if base.startswith("cifar") or (variant or "").startswith("quadrant") else 28
+    return (variant and VARIANT_TABLE[variant].side) or DATASETS[base].image_side
+
+
+def num_classes(name: str) -> int:
+    """The number of classes of a data set's labels: the base's, times the variant's
+    classes per class (4 for ``quadrant40``: ``4 * class + quadrant``)."""
+    variant, base = parse_name(name)
+    return DATASETS[base].num_classes * (VARIANT_TABLE[variant].classes_per_class if variant else 1)
 
 
 # ---------------------------------------------------------------- raw arrays (uint8)
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
 def load_embedded_mnist() -> Arrays:
     """The MNIST subset shipped in the package (first 3000 train, first 1000 test images)."""
     with resources.files("ella.data").joinpath(EMBEDDED_MNIST).open("rb") as f:
@@ -190,12 +208,7 @@ def load_idx_dataset(name: str, data_dir=None) -> Arrays:
     def read(stem: str) -> np.ndarray:
         return read_idx(verified_path(root, f"{folder}/raw/{stem}.gz"))
 
-    return (
-        read("train-images-idx3-ubyte"),
-        read("train-labels-idx1-ubyte"),
-        read("t10k-images-idx3-ubyte"),
-        read("t10k-labels-idx1-ubyte"),
-    )
+    return tuple(read(stem) for stem in _IDX_STEMS)
 
 
 class _BatchUnpickler(pickle.Unpickler):
@@ -243,21 +256,110 @@ def load_cifar10(data_dir=None) -> Arrays:
     return x_train, y_train, batches[5][0], batches[5][1]
 
 
-def load_cifar10_subset(data_dir=None) -> Arrays:
-    """The partial CIFAR-10 npz (``cifar10-subset/cifar10_subset.npz``), md5-verified."""
-    path = verified_path(data_root(data_dir), "cifar10-subset/cifar10_subset.npz")
-    with np.load(path) as f:
-        return tuple(f[k] for k in ("train_images", "train_labels", "test_images", "test_labels"))
+#: the partial CIFAR-10 npz (``cifar10-subset/cifar10_subset.npz``), md5-verified
+load_cifar10_subset = npz_loader(
+    "cifar10-subset/cifar10_subset.npz",
+    ("train_images", "train_labels", "test_images", "test_labels"),
+)
 
 
-def _load_base(base: str, data_dir) -> Arrays:
-    if base == "mnist_subset":
-        return load_embedded_mnist()
-    if base in _IDX_FOLDERS:
-        return load_idx_dataset(base, data_dir)
-    if base == "cifar10":
-        return load_cifar10(data_dir)
-    return load_cifar10_subset(data_dir)
+# ---------------------------------------------------------------- the built-in bases
+_MNIST_STATS = {"mean": (0.1307,), "std": (0.3081,)}
+_CIFAR10_STATS = {"mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0.2435, 0.2616)}
+
+
+def _idx_files(folder: str, url: str, md5s: tuple[str, ...]) -> tuple[DataFile, ...]:
+    """The four IDX gzip files under ``<folder>/raw/``, fetched from ``<url>/<file>``."""
+    return tuple(
+        DataFile(f"{folder}/raw/{stem}.gz", digest, f"{url}/{stem}.gz")
+        for stem, digest in zip(_IDX_STEMS, md5s, strict=True)
+    )
+
+
+_CIFAR10_BATCHES = {  # md5 of the extracted archive's batches (as torchvision lists them)
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+#: the built-in bases, registered in this order (the md5 of the original files, identical
+#: on the usual mirrors)
+BUILT_IN = (
+    BaseDataset(
+        "mnist_subset",
+        lambda root: load_embedded_mnist(),
+        **_MNIST_STATS,
+        about="the first 3000 training and 1000 test images of MNIST, 28x28",
+        where="shipped inside the package: none needed",
+    ),
+    BaseDataset(
+        "mnist",
+        lambda root: load_idx_dataset("mnist", root),
+        **_MNIST_STATS,
+        files=_idx_files(
+            "MNIST",
+            "https://ossci-datasets.s3.amazonaws.com/mnist",
+            (
+                "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                "d53e105ee54ea40749a09fcbcd1e9432",
+                "9fb629c4189551a2d022fa330f9573f3",
+                "ec29112dd5afa0611ce80d1b7f02629c",
+            ),
+        ),
+        about="MNIST, 28x28",
+        where="`MNIST/raw/*-ubyte.gz` (the original IDX gzip files)",
+    ),
+    BaseDataset(
+        "fashion_mnist",
+        lambda root: load_idx_dataset("fashion_mnist", root),
+        mean=(0.2860,),
+        std=(0.3530,),
+        files=_idx_files(
+            "FashionMNIST",
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com",
+            (
+                "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                "25c81989df183df01b3e8a0aad5dffbe",
+                "bef4ecab320f06d8554ea6380940ec79",
+                "bb300cfdad3c16e7a12a480ee83cd310",
+            ),
+        ),
+        about="Fashion-MNIST, 28x28",
+        where="`FashionMNIST/raw/*-ubyte.gz`",
+    ),
+    BaseDataset(
+        "cifar10",
+        load_cifar10,
+        **_CIFAR10_STATS,
+        image_side=32,
+        files=(
+            DataFile(
+                "cifar-10-python.tar.gz",
+                "c58f30108f718f92721af3b95e74349a",
+                "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            ),
+            *(DataFile(f"cifar-10-batches-py/{n}", d) for n, d in _CIFAR10_BATCHES.items()),
+        ),
+        about="CIFAR-10, 3x32x32",
+        where="`cifar-10-python.tar.gz`, or its extracted `cifar-10-batches-py/`",
+    ),
+    BaseDataset(
+        "cifar10_subset",
+        load_cifar10_subset,
+        **_CIFAR10_STATS,
+        image_side=32,
+        files=(
+            DataFile("cifar10-subset/cifar10_subset.npz", "0a87453073352c45b0ed4967f381e3e2"),
+            DataFile("cifar10-subset/batches.meta", "5ff9c542aee3614f3951f8cda6e48888"),
+        ),
+        about="3805 training and 761 test images of CIFAR-10",
+        where="`cifar10-subset/cifar10_subset.npz`",
+    ),
+)
+for _dataset in BUILT_IN:
+    register_dataset(_dataset)
 
 
 # ---------------------------------------------------------------- variants
@@ -300,10 +402,27 @@ def _prepare(images, labels, size, variant, seed, stats) -> TensorDataset:
     return TensorDataset((x - mean) / std, y)
 
 
+def check_declared_shape(dataset: BaseDataset, shape: tuple[int, ...]) -> None:
+    """Refuse a loader's images (N, H, W) or (N, C, H, W) whose side or channels are not
+    what its data set declares (``image_side``, one ``mean`` and ``std`` per channel).
+
+    Raises:
+        InputDataError: naming the declaration to fix.
+    """
+    side, channels = dataset.image_side, len(dataset.mean)
+    allowed = [(channels, side, side)] + ([(side, side)] if channels == 1 else [])
+    if tuple(shape[1:]) not in allowed:
+        raise InputDataError(
+            f"data set {dataset.name}: its loader gave images of shape {tuple(shape)}, where "
+            f"it declares {channels} channel(s) of {side}x{side} pixels; fix the loader, or "
+            "its image_side, mean and std"
+        )
+
+
 def standardisation(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel ``(mean, std)`` that :func:`load_dataset` standardises ``name`` with."""
-    _, base = parse_name(name)
-    return STATS["cifar10" if base.startswith("cifar") else base.replace("_subset", "")]
+    base = DATASETS[parse_name(name)[1]]
+    return base.mean, base.std
 
 
 def load_dataset(
@@ -322,7 +441,9 @@ def load_dataset(
         test_size: number of test images to keep (default all).
     """
     variant, base = parse_name(name)
-    x_train, y_train, x_test, y_test = _load_base(base, data_dir)
+    x_train, y_train, x_test, y_test = DATASETS[base].load(data_root(data_dir))
+    for x in (x_train, x_test):
+        check_declared_shape(DATASETS[base], np.shape(x))
     for size, n, what in ((train_size, len(x_train), "train"), (test_size, len(x_test), "test")):
         if size is not None and not 0 < size <= n:
             raise ValueError(f"{what} size must be between 1 and {n}, got {size}")
@@ -331,5 +452,5 @@ def load_dataset(
         name=name.lower().replace("-", "_"),
         train=_prepare(x_train, y_train, train_size, variant, VARIANT_SEEDS["train"], stats),
         test=_prepare(x_test, y_test, test_size, variant, VARIANT_SEEDS["test"], stats),
-        num_classes=40 if variant == "quadrant40" else 10,
+        num_classes=num_classes(name),
     )

@@ -3,7 +3,8 @@
 The data directory is, in order: the ``data_dir`` argument, the ``ELLA_DATA``
 environment variable, or ``~/.cache/ella``. Files are looked up in the
 torchvision-style layout ``<root>/MNIST/raw/<file>.gz`` (also used by
-``../shared/data``), and verified against their md5 before use.
+``../shared/data``), and verified against their md5 before use; each data set of the
+registry (:mod:`ella.data.registry`) declares its files and their md5.
 """
 
 from __future__ import annotations
@@ -18,52 +19,11 @@ import numpy as np
 from ella.errors import EllaError
 from ella.io import atomic_write
 
-#: md5 of the original files (identical on the usual mirrors).
-KNOWN_MD5: dict[str, str] = {
-    "MNIST/raw/train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-    "MNIST/raw/train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-    "MNIST/raw/t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-    "MNIST/raw/t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-    "FashionMNIST/raw/train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-    "FashionMNIST/raw/train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-    "FashionMNIST/raw/t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-    "FashionMNIST/raw/t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
-    "cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a",
-    # the batches of the extracted archive (as torchvision also lists them)
-    "cifar-10-batches-py/data_batch_1": "c99cafc152244af753f735de768cd75f",
-    "cifar-10-batches-py/data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "cifar-10-batches-py/data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-    "cifar-10-batches-py/data_batch_4": "634d18415352ddfa80567beed471001a",
-    "cifar-10-batches-py/data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-    "cifar-10-batches-py/test_batch": "40351d587109b95175f43aff81a1287e",
-    "cifar10-subset/cifar10_subset.npz": "0a87453073352c45b0ed4967f381e3e2",
-    "cifar10-subset/batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
-}
-
-#: where ``ella download`` fetches each file (the usual public mirrors).
-SOURCES: dict[str, str] = {
-    **{
-        f"MNIST/raw/{stem}.gz": f"https://ossci-datasets.s3.amazonaws.com/mnist/{stem}.gz"
-        for stem in (
-            "train-images-idx3-ubyte",
-            "train-labels-idx1-ubyte",
-            "t10k-images-idx3-ubyte",
-            "t10k-labels-idx1-ubyte",
-        )
-    },
-    **{
-        f"FashionMNIST/raw/{stem}.gz": (
-            f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{stem}.gz"
-        )
-        for stem in (
-            "train-images-idx3-ubyte",
-            "train-labels-idx1-ubyte",
-            "t10k-images-idx3-ubyte",
-            "t10k-labels-idx1-ubyte",
-        )
-    },
-    "cifar-10-python.tar.gz": "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-}
+#: md5 of every registered data set's files (:func:`ella.data.registry.register_dataset`
+#: fills it; the built-in ones are the originals', identical on the usual mirrors)
+KNOWN_MD5: dict[str, str] = {}
+#: where ``ella download`` fetches each downloadable file (the usual public mirrors)
+SOURCES: dict[str, str] = {}
 
 
 class DataFileError(EllaError, RuntimeError):

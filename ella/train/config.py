@@ -30,6 +30,7 @@ from ella.choices import (
     SubsetControl,
 )
 from ella.data.datasets import image_side
+from ella.data.registry import dataset_help
 from ella.engine.graphs import use_cuda_graph
 from ella.engine.recipe import LOOP_CONTROL
 from ella.engine.schedule import SCHEDULE_HELP, ScheduleConfig
@@ -233,9 +234,7 @@ class TrainConfig(ScheduleConfig):
 #: Help text of every option of ``ella train`` (a test checks none is missing).
 HELP: dict[str, str] = {
     **SCHEDULE_HELP,
-    "dataset": "data set: [variant_]base, base one of mnist_subset (embedded), mnist, "
-    "fashion_mnist, cifar10, cifar10_subset; variant one of rotated, translated, scaled, c4, "
-    "d4, quadrant, quadrant40 (e.g. rotated_mnist)",
+    "dataset": f"data set: {dataset_help()}",
     "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella (stored "
     "as an absolute path; may change on --resume)",
     "train_size": "number of training images to use (the first N)",
@@ -300,4 +299,11 @@ HELP: dict[str, str] = {
     "(after the last epoch)",
 }
 
-__all__ = ["HEAD_INIT_IMAGES", "HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig"]
+
+def help_texts() -> dict[str, str]:
+    """:data:`HELP` with ``dataset`` naming the data sets registered now (a data set
+    registered after this module's import is named too)."""
+    return {**HELP, "dataset": f"data set: {dataset_help()}"}
+
+
+__all__ = ["HEAD_INIT_IMAGES", "HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig", "help_texts"]
