@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
-from laplace import DiagLaplace, FullLaplace, KronLaplace
 from laplace.curvature import AsdlGGN, CurvlinopsGGN
 from torch import nn
 from tqdm.auto import tqdm
@@ -110,11 +109,6 @@ BACKENDS = {
         Backend.ASDL: AsdlGGN,
         Backend.CURVLINOPS: CurvlinopsGGN,
     }.items()
-}
-LAPLACE_CLASSES = {
-    HessianStructure.KRON: KronLaplace,
-    HessianStructure.FULL: FullLaplace,
-    HessianStructure.DIAG: DiagLaplace,
 }
 
 

@@ -32,7 +32,6 @@ from ella.errors import ConfigError
 from ella.evidence_rules import check_evidence_settings
 from ella.marglik.backends import (
     BACKENDS,
-    LAPLACE_CLASSES,
     FiniteBatches,
     check_finite_weights,
     check_memory,
@@ -190,8 +189,7 @@ class LaplaceEvidence:
             self.hessian.check_factored(
                 "a data-parallel evidence fit needs the Kronecker Hessian (kron)"
             )
-        cls = LAPLACE_CLASSES[self.structure]
-        la = cls(
+        la = self.hessian.laplace_class(
             self.view.sync(),
             self.likelihood,
             sigma_noise=self.sigma_noise,

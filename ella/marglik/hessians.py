@@ -1,11 +1,11 @@
 """What differs between the Hessian structures of the Laplace evidence, one class each,
 chosen by :data:`HESSIANS` (laplace-torch's ``_key`` registry is the model).
 
-A structure fits laplace-torch's object, lists its curvature for the finiteness check,
-says whether a data-parallel fit, a subset's scaling and the gathered Kronecker terms
-apply, and gives each parameter tensor's GGN eigenvalues.
-:class:`~ella.marglik.evidence.LaplaceEvidence` asks :attr:`~ella.marglik.evidence.
-LaplaceEvidence.hessian` and branches on none of them.
+A structure names laplace-torch's class, fits its object, lists its curvature for the
+finiteness check, says whether a data-parallel fit, a subset's scaling and the gathered
+Kronecker terms apply, and gives each parameter tensor's GGN eigenvalues;
+:class:`~ella.marglik.evidence.LaplaceEvidence` asks its ``hessian`` and branches on none
+of them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 import torch
+from laplace import DiagLaplace, FullLaplace, KronLaplace
 
 from ella.choices import HessianStructure
 from ella.errors import ConfigError
@@ -37,6 +38,8 @@ class Hessian:
 
     #: the structure's name, the key of :data:`HESSIANS`
     structure: ClassVar[HessianStructure]
+    #: laplace-torch's class of the structure
+    laplace_class: ClassVar[type]
     #: whether the structure's factors can be summed over processes and scaled to
     #: a training set's size (the Kronecker factors can; a dense matrix is not kept so)
     factored: ClassVar[bool] = False
@@ -83,6 +86,7 @@ class DenseHessian(Hessian):
     """The full GGN, one dense matrix (tiny models)."""
 
     structure = HessianStructure.FULL
+    laplace_class = FullLaplace
 
     def _block_eigenvalues(self, hessian: torch.Tensor, start: int, n: int) -> torch.Tensor:
         return torch.linalg.eigvalsh(hessian[start : start + n, start : start + n])
@@ -92,6 +96,7 @@ class DiagonalHessian(Hessian):
     """The GGN's diagonal: each entry its own eigenvalue."""
 
     structure = HessianStructure.DIAG
+    laplace_class = DiagLaplace
 
     def _block_eigenvalues(self, hessian: torch.Tensor, start: int, n: int) -> torch.Tensor:
         return hessian[start : start + n]
@@ -103,6 +108,7 @@ class KronHessian(Hessian):
     processes before the decomposition in a data-parallel job."""
 
     structure = HessianStructure.KRON
+    laplace_class = KronLaplace
     factored = True
 
     def check_model(self, network: torch.nn.Module) -> None:
