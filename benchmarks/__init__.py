@@ -1,3 +1,3 @@
-"""Scripts that reproduce the figures the documentation states. :mod:`benchmarks.common`,
-:mod:`benchmarks.runner` and :mod:`benchmarks.ensembles` are the harness they share with
-the experiments (``experiments/``)."""
+"""Scripts that reproduce the figures the documentation states. What they share with the
+experiments (``experiments/``) is :mod:`studies`; :mod:`benchmarks.runner` is what they
+alone share."""

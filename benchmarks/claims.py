@@ -42,8 +42,6 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import splice_between, write_between
-from benchmarks.runner import PAPER_SCHEDULE
 from ella.schemas import (
     FINITE,
     PATH,
@@ -56,6 +54,9 @@ from ella.schemas import (
     mismatch,
     one_of,
 )
+from studies.results import splice_between, write_between
+from studies.rules import follows_position, follows_rotation, over_seeds, paths_upper
+from studies.runner import PAPER_SCHEDULE
 
 ROOT = Path(__file__).resolve().parent.parent
 README = Path("README.md")
@@ -85,7 +86,6 @@ class Source:
 
 
 RESULTS = "benchmarks/results"
-H100 = "experiments/results/table3_paper_h100"
 #: (benchmark, profile, seed) -> the file of that run
 SOURCES = {
     ("table1", "cpu", 0): Source(
@@ -122,18 +122,50 @@ SOURCES = {
         f"{RESULTS}/fordes.json", "python -m benchmarks.fordes --profile cpu"
     ),
 }
-#: the learned rotated-MNIST runs of Table 3's paper profile on an H100, time-boxed, by
-#: SGD rate (ella train's metrics.jsonl; docs/research/0034-table3-gpu.md)
-PAPER_RUNS = {
-    rate: Source(
-        f"{H100}/rotated_mnist_learned_lr{rate}_metrics.jsonl",
-        "ella train --dataset rotated_mnist --train-size 60000 --width 4 --epochs 200 "
-        "--n-epochs-burnin 10 --marglik-frequency 5 --optimizer sgd --prior-precision 1 "
-        "--prior-update adam --prior-step 1 --batch-size 500 --device cuda "
-        f"--lr {rate}, time-boxed (its metrics.jsonl; docs/research/0034-table3-gpu.md)",
-    )
-    for rate in ("0.1", "0.02")
+EXPERIMENTS = "experiments/results"
+_SELECT = "python -m experiments.path_select --profile cpu --work-dir DIR --select-epochs 20"
+_H100 = (
+    "ella train --dataset rotated_mnist --train-size 60000 --width 4 --epochs 200 "
+    "--n-epochs-burnin 10 --marglik-frequency 5 --optimizer sgd --prior-precision 1 "
+    "--prior-update adam --prior-step 1 --batch-size 500 --device cuda "
+    "--lr {rate}, time-boxed (its metrics.jsonl; docs/research/0034-table3-gpu.md)"
+)
+#: every file of the experiments' (under experiments/results/) that the tables read, by
+#: name, and what writes it: the one place this script names them
+#: (:func:`experiment_results` reads them)
+EXPERIMENT_RESULTS = {
+    # the learned rotated-MNIST runs of Table 3's paper profile on an H100, time-boxed, by
+    # SGD rate (ella train's metrics.jsonl; docs/research/0034-table3-gpu.md)
+    **{
+        f"table3_paper_lr{rate}": Source(
+            f"{EXPERIMENTS}/table3_paper_h100/rotated_mnist_learned_lr{rate}_metrics.jsonl",
+            _H100.format(rate=rate),
+        )
+        for rate in ("0.1", "0.02")
+    },
+    # greedy selections of Table 3's rows at 1,000 images, by seed, and of Table 1's tasks
+    "path_select_seed0": Source(
+        f"{EXPERIMENTS}/path_select.json",
+        f"{_SELECT} --seeds 0 --datasets rotated_mnist mnist translated_mnist cifar10 "
+        "rotated_cifar10",
+    ),
+    "path_select_seed1": Source(
+        f"{EXPERIMENTS}/path_select_seed1/path_select.json",
+        f"{_SELECT} --seeds 1 --datasets rotated_mnist mnist translated_mnist",
+    ),
+    "path_select_table1": Source(
+        f"{EXPERIMENTS}/path_select_table1/path_select_table1.json",
+        f"{_SELECT} --table 1 --seeds 0 1 --datasets digit quadrant",
+    ),
+    "miniature": Source(
+        f"{EXPERIMENTS}/miniature.jsonl",
+        "the commands of record 0039 (docs/research/0039-the-paper-regime-in-miniature.md)",
+    ),
+    "reliability": Source(f"{EXPERIMENTS}/reliability.json", "python -m experiments.reliability"),
+    "criteria": Source(f"{EXPERIMENTS}/criteria.json", "python -m experiments.criteria"),
 }
+#: Table 3's paper runs (:data:`EXPERIMENT_RESULTS`), by SGD rate
+PAPER_RUNS = {rate: EXPERIMENT_RESULTS[f"table3_paper_lr{rate}"] for rate in ("0.1", "0.02")}
 #: the profile of each benchmark the tables read, and its seeds
 TABLE1, TABLE1_80, TABLE3 = "cpu", "cpu_80", "cpu_stratified"
 SEEDS = {"table1": (0, 1), "table3": (0, 1)}
@@ -744,45 +776,24 @@ def all_claims(root: Path = ROOT) -> list[Claim]:
 
 # ---------------------------------------------------------------- the guide's reliability
 GUIDE = Path("docs/guide/symmetry.md")
-SELECT_1000 = ("experiments/results/path_select.json",
-               "experiments/results/path_select_seed1/path_select.json")  # fmt: skip
-SELECT_TABLE1 = "experiments/results/path_select_table1/path_select_table1.json"
-MINIATURE = "experiments/results/miniature.jsonl"
-RELIABILITY = "experiments/results/reliability.json"
-_SELECT = "python -m experiments.path_select --profile cpu --work-dir DIR --select-epochs 20"
-#: what writes each of the experiments' files the guide's tables read
-WRITERS = {
-    SELECT_1000[0]: f"{_SELECT} --seeds 0 --datasets rotated_mnist mnist translated_mnist "
-    "cifar10 rotated_cifar10",
-    SELECT_1000[1]: f"{_SELECT} --seeds 1 --datasets rotated_mnist mnist translated_mnist",
-    SELECT_TABLE1: f"{_SELECT} --table 1 --seeds 0 1 --datasets digit quadrant",
-    MINIATURE: "the commands of record 0039 (docs/research/0039-the-paper-regime-in-miniature.md)",
-    RELIABILITY: "python -m experiments.reliability",
-}
+#: the greedy selections of Table 3's rows at 1,000 images (:data:`EXPERIMENT_RESULTS`)
+SELECT_1000 = ("path_select_seed0", "path_select_seed1")
 
 
-def follows_rotation(upright: Iterable[str], rotated: Iterable[str]) -> bool:
-    """The rule for MNIST against rotated MNIST: the evidence follows the data's symmetry
-    where it keeps CONV on the upright digits and drops it on the rotated ones, keeping
-    GCONV there (``upright``, ``rotated``: the paths kept, or the winner of two)."""
-    upright, rotated = set(upright), set(rotated)
-    return "conv" in upright and "conv" not in rotated and "gconv" in rotated
+def experiment_results(root: Path, name: str, schema: Any, lines: bool = False) -> Any:
+    """The experiment's results file ``name`` (a key of :data:`EXPERIMENT_RESULTS`) under
+    ``root``, read and checked (:func:`read_results`); a missing one stops the script."""
+    source = require_experiment(root, name)
+    return read_results(root, source.path, source.command, schema, lines)
 
 
-def follows_position(digit: Iterable[str], quadrant: Iterable[str]) -> bool:
-    """The rule for Table 1's tasks: FC, which sees where a digit is, kept on (digit,
-    quadrant), whose label needs the position, and dropped on digit alone."""
-    return "fc" in set(quadrant) and "fc" not in set(digit)
-
-
-def over_seeds(follows: Sequence[bool]) -> str:
-    """A row's answer from each seed's: "yes, both seeds", "no, at either seed", or how many."""
-    n, k = len(follows), sum(follows)
-    if k == n:
-        return "yes, both seeds" if n == 2 else f"yes, all {n} seeds"
-    if k == 0:
-        return "no, at either seed" if n == 2 else f"no, at none of {n} seeds"
-    return f"mixed: at {k} seed{'s' if k > 1 else ''} of {n}"
+def require_experiment(root: Path, name: str) -> Source:
+    """The source of the experiment's results file ``name``, which must be under ``root``
+    (it is committed with its record)."""
+    source = EXPERIMENT_RESULTS[name]
+    if not (root / source.path).is_file():
+        raise SystemExit(f"{source.path} is missing: it is committed with its record")
+    return source
 
 
 @dataclass(frozen=True)
@@ -799,19 +810,9 @@ def _record(number: str, slug: str) -> str:
     return f"[{number}](../research/{number}-{slug}.md)"
 
 
-def _selection_rows(root: Path, path: str) -> dict[tuple[str, int], dict]:
-    rows = read_results(root, path, WRITERS[path], _SELECTIONS)["rows"]
+def _selection_rows(root: Path, name: str) -> dict[tuple[str, int], dict]:
+    rows = experiment_results(root, name, _SELECTIONS)["rows"]
     return {(r.get("dataset") or r["task"], r["seed"]): r for r in rows}
-
-
-def as_paths(kept: str | Sequence[str]) -> list[str]:
-    """The paths of a results row's answer: a list of kept paths, or one winner's name."""
-    return [kept] if isinstance(kept, str) else list(kept)
-
-
-def paths_upper(kept: str | Sequence[str]) -> str:
-    """``["conv", "gconv"]`` (or ``"gconv"``) as the tables write it: ``CONV+GCONV``."""
-    return "+".join(as_paths(kept)).upper()
 
 
 def _measured_anew(root: Path) -> Callable[..., Reliability]:
@@ -819,9 +820,8 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
     ``experiments/results/reliability.json`` (its verdict by :func:`follows_rotation` per
     seed, :func:`over_seeds` over them, and what each seed kept); a question the file has
     not measured at two seeds is refused (``python -m experiments.reliability`` resumes)."""
-    if not (root / RELIABILITY).is_file():
-        raise SystemExit(f"{RELIABILITY} is missing: it is committed with its record")
-    payload = read_results(root, RELIABILITY, WRITERS[RELIABILITY], _RELIABILITY)
+    payload = experiment_results(root, "reliability", _RELIABILITY)
+    path = EXPERIMENT_RESULTS["reliability"].path
     rows = payload["rows"]
 
     def measured(part, size, question, images, records):
@@ -834,7 +834,7 @@ def _measured_anew(root: Path) -> Callable[..., Reliability]:
         )  # fmt: skip
         if verdict is None or len(verdict["follows"]) < 2:  # a row is asked at two seeds
             raise SystemExit(
-                f"{RELIABILITY} has no {part} row at {size} images at two seeds: run "
+                f"{path} has no {part} row at {size} images at two seeds: run "
                 f"python -m experiments.reliability --parts {part} (it resumes)"
             )
         mine = {(r["dataset"], r["seed"]): r for r in rows
@@ -866,9 +866,8 @@ def _miniature_line(line: Any) -> Record:
 def reliability_rows(root: Path = ROOT) -> list[Reliability]:
     """The guide's reliability table: every row read from a results file by one rule
     (:func:`follows_rotation`, :func:`follows_position`, :func:`over_seeds`)."""
-    for path in (*SELECT_1000, SELECT_TABLE1, MINIATURE):
-        if not (root / path).is_file():
-            raise SystemExit(f"{path} is missing: it is committed with its record")
+    for name in (*SELECT_1000, "path_select_table1", "miniature"):
+        require_experiment(root, name)
     r0016 = _record("0016", "evidence-ranks-single-path-mixers")
     r0017 = _record("0017", "dropping-a-path")
     r0018 = _record("0018", "greedy-path-selection")
@@ -880,7 +879,7 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         measured("corners", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0016})"),
     ]  # fmt: skip
     # the miniature: single-path networks after 300 epochs, by KFAC and by the full GGN
-    checks = read_results(root, MINIATURE, WRITERS[MINIATURE], _miniature_line, lines=True)
+    checks = experiment_results(root, "miniature", _miniature_line, lines=True)
     checks = [c for c in checks if c["kind"] == "check" and c["budget"]["train_size"] == 2000]
     answers = []
     for reading in ("kfac", "full"):
@@ -904,8 +903,8 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
                  f"{r0043} ({r0017})"),
     ]  # fmt: skip
     selected: dict[tuple[str, int], dict] = {}
-    for path in SELECT_1000:
-        selected.update(_selection_rows(root, path))
+    for name in SELECT_1000:
+        selected.update(_selection_rows(root, name))
     seeds = sorted({seed for dataset, seed in selected if dataset == "mnist"})
     flags = [follows_rotation(selected["mnist", s]["kept"], selected["rotated_mnist", s]["kept"])
              for s in seeds]  # fmt: skip
@@ -926,7 +925,7 @@ def reliability_rows(root: Path = ROOT) -> list[Reliability]:
         Reliability("greedy selection (`ella select`)", "1,000, Table 3's mixer", answer, r0018),
         measured("select", 5000, "the same", "5,000, the default mixer", f"{r0043} ({r0018})"),
     ]  # fmt: skip
-    table1 = _selection_rows(root, SELECT_TABLE1)
+    table1 = _selection_rows(root, "path_select_table1")
     seeds = sorted({seed for _, seed in table1})
     flags = [follows_position(table1["digit", s]["kept"], table1["quadrant", s]["kept"])
              for s in seeds]  # fmt: skip
@@ -961,7 +960,6 @@ def reliability_table(root: Path = ROOT) -> str:
 
 
 # ---------------------------------------------------------------- how sure each answer is
-CRITERIA_RESULTS = "experiments/results/criteria.json"
 CRITERIA_BEGIN = "<!-- criteria:begin (written by python -m benchmarks.claims; do not edit) -->"
 CRITERIA_END = "<!-- criteria:end -->"
 ANSWERS_BEGIN = "<!-- answers:begin (written by python -m benchmarks.claims; do not edit) -->"
@@ -981,10 +979,7 @@ CRITERION_WORDS = {
 
 
 def _criteria(root: Path) -> dict:
-    path = root / CRITERIA_RESULTS
-    if not path.is_file():
-        raise SystemExit(f"{CRITERIA_RESULTS} is missing: it is committed with record 0044")
-    return read_results(root, CRITERIA_RESULTS, "python -m experiments.criteria", _CRITERIA)
+    return experiment_results(root, "criteria", _CRITERIA)
 
 
 def _t(found: dict | None) -> str:

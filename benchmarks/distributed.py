@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import environment, write_results
-from benchmarks.runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
 from ella.io import save_json
+from studies.results import BENCHMARK_RESULTS, environment, write_results
+from studies.runner import ADAM_ROUNDS, RANDOM_START, SAME_GCONV_RATE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,7 +161,7 @@ def main() -> None:
         "every training step).",
     ]
     print("\n".join(lines))
-    write_results(f"distributed_{label}", payload, "\n".join(lines) + "\n")
+    write_results(f"distributed_{label}", payload, "\n".join(lines) + "\n", BENCHMARK_RESULTS)
 
 
 if __name__ == "__main__":

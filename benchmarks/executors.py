@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import environment, write_results
 from ella import selection
 from ella.cli import main as ella
 from ella.runtime.system import available_cpus
 from ella.selection.executors import RayExecutor, run_job
+from studies.results import BENCHMARK_RESULTS, environment, write_results
 
 #: the learned run whose paths the round drops: small, so that a round takes a minute
 RUN = [
@@ -206,7 +206,7 @@ def main() -> None:
     else:
         lines += ["", "Candidates sharing one GPU: not measured (no GPU on this machine)."]
     print("\n".join(lines))
-    write_results("executors", payload, "\n".join(lines) + "\n")
+    write_results("executors", payload, "\n".join(lines) + "\n", BENCHMARK_RESULTS)
 
 
 if __name__ == "__main__":

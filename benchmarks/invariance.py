@@ -25,17 +25,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from benchmarks.runner import (
-    SMOKE,
-    claims_markdown,
-    common_arguments,
-    header_line,
-    run_or_load,
-    save_figure_atomic,
-    write,
-)
+from benchmarks.runner import run_or_load, save_figure_atomic
 from ella.invariance import GENERATORS
 from ella.train import TrainConfig
+from studies.runner import SMOKE, claims_markdown, common_arguments, header_line, write
 
 DATASETS = ("mnist", "rotated_mnist", "translated_mnist", "scaled_mnist")
 METHODS = ("none", "full", "augerino", "learned")

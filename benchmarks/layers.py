@@ -24,12 +24,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
-from benchmarks.common import environment, write_results
 from ella.cli.demo import PATH_SETS, time_forward_backward
 from ella.marglik import PerChannelView
 from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import FCPath, per_module_calls
+from studies.results import BENCHMARK_RESULTS, environment, write_results
 
 
 class BlockDiagonalFC(nn.Module):
@@ -181,7 +181,7 @@ def main() -> None:
         ],
         "",
     ]
-    write_results("layers", payload, "\n".join(md))
+    write_results("layers", payload, "\n".join(md), BENCHMARK_RESULTS)
     print("\n".join(md))
 
 

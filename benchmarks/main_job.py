@@ -21,10 +21,10 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.common import environment, write_results
 from ella.cli import main as ella
 from ella.rundir import PATH_SELECTION, RESULTS, SELECT_EPOCHS
 from ella.selection import decision
+from studies.results import BENCHMARK_RESULTS, environment, write_results
 
 __all__ = ["collect", "main"]
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("ella select failed (above); run this script again to resume it")
     seconds["select"] = time.perf_counter() - start
     payload = collect(out, seconds)
-    write_results("main_job", payload, markdown(payload))
+    write_results("main_job", payload, markdown(payload), BENCHMARK_RESULTS)
     return payload
 
 

@@ -27,14 +27,6 @@ import argparse
 
 import torch
 
-from benchmarks.ensembles import run_ensembles
-from benchmarks.runner import (
-    common_arguments,
-    header_line,
-    load_or_measure,
-    partial_path,
-    write,
-)
 from ella.data import load_dataset
 from ella.data.datasets import standardisation
 from ella.ensembles import (
@@ -43,6 +35,14 @@ from ella.ensembles import (
     evaluate_ensemble,
     orbit_member_log_probs,
     orbit_summary,
+)
+from studies.runner import (
+    common_arguments,
+    header_line,
+    load_or_measure,
+    partial_path,
+    run_ensembles,
+    write,
 )
 
 #: the paper's table (rotated FashionMNIST, OSP out of distribution, mean +- std)

@@ -56,12 +56,12 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import GENERATED, RESULTS, check_generated, write_generated
-from benchmarks.table3 import PROFILES, row_config
 from ella.io import atomic_write, load_torch, save_jsonl, save_torch
 from ella.rundir import CHECKPOINT, CONFIG, METRICS, read_json
 from ella.rundir import RESULTS as RUN_RESULTS
 from ella.train import TrainConfig, Trainer
+from studies.results import BENCHMARK_RESULTS, GENERATED, check_generated, write_generated
+from studies.table3 import PROFILES, row_config
 
 #: the four runs: Table 3's row and the model, in the order the script starts them (the
 #: first one alone during the solo phase)
@@ -652,7 +652,7 @@ def owned_files(json_path: Path) -> set[str]:
 
 
 def collect(
-    src: Path, results: Path = RESULTS, keep: Path | None = None,
+    src: Path, results: Path = BENCHMARK_RESULTS, keep: Path | None = None,
     call_seconds: float = 560.0, speed: bool = True,
 ) -> dict:  # fmt: skip
     """Read a folder that ``tools/gpu_check.sh`` returned and write the rows' metrics
@@ -723,7 +723,7 @@ def collect(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collect", metavar="DIR", help="a folder tools/gpu_check.sh returned")
-    parser.add_argument("--results-dir", default=str(RESULTS))
+    parser.add_argument("--results-dir", default=str(BENCHMARK_RESULTS))
     parser.add_argument(
         "--keep", default=str(Path(__file__).resolve().parents[1] / ".gpu_runs"),
         help="where --collect keeps the archive for the next call's carry ('' : nowhere)",

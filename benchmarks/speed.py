@@ -47,9 +47,10 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import environment, write_results
 from ella.nn import per_module_calls
 from ella.train import TrainConfig, Trainer
+from studies.results import BENCHMARK_RESULTS, environment, write_results
+from studies.runner import median, median_seconds, seconds
 
 PROFILES = {
     # 1000 training images (ella train's default is 3000): an epoch and a full evidence fit
@@ -70,24 +71,6 @@ def config_for(profile: str, **overrides) -> TrainConfig:
     values = dict(PROFILES[profile], progress=False)
     values.update(overrides)
     return TrainConfig(**values)
-
-
-def seconds(fn) -> float:
-    """Wall time of one call ``fn()``."""
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def median(values: list[float]) -> float:
-    """The middle value (the upper one of the two middle values of an even count)."""
-    return sorted(values)[len(values) // 2]
-
-
-def median_seconds(fn, repeats: int = 5) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` calls after one warm-up."""
-    fn()
-    return median([seconds(fn) for _ in range(repeats)])
 
 
 def matmul_gflops(n: int = 2048) -> float:
@@ -417,7 +400,7 @@ def main() -> None:
             "",
         ]
     )
-    write_results(f"speed_{args.profile}", payload, md)
+    write_results(f"speed_{args.profile}", payload, md, BENCHMARK_RESULTS)
     print(md)
     print(
         json.dumps(

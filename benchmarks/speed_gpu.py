@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import environment, write_generated, write_results
-from benchmarks.table3 import PROFILES, row_config
 from ella.train import TrainConfig, Trainer
 from ella.train.loop import evidence_epochs
+from studies.results import BENCHMARK_RESULTS, environment, write_generated, write_results
+from studies.table3 import PROFILES, row_config
 
 #: (precision, compile) of each variant, in the order run; the first is the reference
 #: whose times set the budget's estimates and on which the FLOPs and the fit are measured
@@ -475,6 +475,6 @@ def main(args: argparse.Namespace) -> dict:
         folder = Path(tempfile.mkdtemp(prefix="speed_gpu_smoke_"))
         write_generated(folder / "speed_gpu.json", payload, folder / "speed_gpu.md", md)
     else:
-        write_results("speed_gpu", payload, md)
+        write_results("speed_gpu", payload, md, BENCHMARK_RESULTS)
     print(md)
     return payload

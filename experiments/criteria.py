@@ -83,13 +83,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.runner import default_data_dir
 from ella.io import load_torch, save_json
 from ella.marglik import LaplaceEvidence, glm_log_likelihood
 from ella.rundir import CHECKPOINT, CONFIG, RESULTS, read_json
 from ella.train import TrainConfig, train
 from ella.train.loop import Trainer
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+from studies.results import EXPERIMENT_RESULTS, environment, write_results
+from studies.runner import default_data_dir
 
 __all__ = ["CRITERIA", "contrast", "drop_contrast", "main", "scores"]
 

@@ -17,9 +17,9 @@ import argparse
 import scipy.linalg
 import torch
 
-from benchmarks.speed import median_seconds
 from ella.marglik.linalg import SCIPY_EIGVALSH_MIN_SIZE
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+from studies.results import EXPERIMENT_RESULTS, environment, write_results
+from studies.runner import median_seconds
 
 SIZES = (64, 128, 196, 256, 384, 576, 784, 1024)
 

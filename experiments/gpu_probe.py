@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from benchmarks.table3 import PROFILES, row_config
 from ella.train import Trainer
+from studies.table3 import PROFILES, row_config
 
 
 def timed_epochs(trainer: Trainer, epochs: int = 2) -> list[float]:

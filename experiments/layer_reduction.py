@@ -81,12 +81,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from benchmarks.common import write_between
 from ella import PriorLearner
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.laplace_internals import hessian_scale, kron_factors
 from ella.nn import RelaxedLayer
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
 from experiments.full_ggn import FullEvidence, full_ggn, optimal_log_prior
 from experiments.layer_reduction_setup import (
     ARCHITECTURES,
@@ -117,6 +115,7 @@ from experiments.miniature import (
     read_rows,
     train_epoch,
 )
+from studies.results import EXPERIMENT_RESULTS, environment, write_between, write_results
 
 NAME = "layer_reduction"
 

@@ -82,8 +82,8 @@ from ella.data import load_dataset
 from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence
 from ella.nn import GroupPool, Lift, RelaxedLayer
-from experiments._common import EXPERIMENT_RESULTS, environment, write_markdown
 from experiments.full_ggn import FullEvidence, effective_report, optimal_log_prior
+from studies.results import EXPERIMENT_RESULTS, environment, write_markdown
 
 NAME = "miniature"
 DATASETS = ("mnist", "rotated_mnist")

@@ -26,7 +26,7 @@ from pathlib import Path
 from ella.io import save_json
 from ella.rundir import RESULTS, read_json
 from ella.selection import check_selectable, collapsed, kept_their_fit, null_model, train_on
-from experiments._common import environment, write_markdown
+from studies.results import environment, write_markdown
 
 NAME = "path_depth"
 

@@ -41,24 +41,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import table1, table3
-from benchmarks.runner import (
+from ella.nn import PATH_NAMES
+from ella.rundir import CHECKPOINT, RESULTS, read_json
+from ella.selection import kept_their_fit, select_paths
+from ella.train import TrainConfig, train
+from studies import table1, table3
+from studies.results import EXPERIMENT_RESULTS
+from studies.runner import (
     analysis_lines,
+    as_experiment,
     claims_markdown,
     common_arguments,
     header_line,
     stamp,
     write,
 )
-from ella.nn import PATH_NAMES
-from ella.rundir import CHECKPOINT, RESULTS, read_json
-from ella.selection import kept_their_fit, select_paths
-from ella.train import TrainConfig, train
-from experiments._common import EXPERIMENT_RESULTS, as_experiment
 
 
 def table3_claims(rows: list[dict]) -> dict[str, bool]:
-    """Table 3's share claims (:func:`benchmarks.table3.share_claims`) on the selected
+    """Table 3's share claims (:func:`studies.table3.share_claims`) on the selected
     networks of one seed."""
     get = {(r["dataset"], "learned"): {"shares": r["selected"]["shares"]} for r in rows}
     return table3.share_claims(get, [r["dataset"] for r in rows], "shares", " (selected network)")

@@ -33,13 +33,13 @@ from pathlib import Path
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from benchmarks.runner import RANDOM_START
 from ella.choices import PriorMode
 from ella.learner.report import effective_parameter_report
 from ella.marglik import PriorStructure
 from ella.nn import PATH_NAMES
 from ella.train import TrainConfig, Trainer
 from ella.train.runs import load_run
+from studies.runner import RANDOM_START
 
 PATHS = PATH_NAMES  # the relaxed layers of the runs read have these paths
 

@@ -28,11 +28,15 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.runner import (
+from ella.learner.report import share_summary
+from ella.train import TrainConfig, Trainer
+from studies.results import EXPERIMENT_RESULTS
+from studies.runner import (
     MC_ROUNDS,
     RANDOM_START,
     SAME_GCONV_RATE,
     SMOKE,
+    as_experiment,
     claims_markdown,
     common_arguments,
     header_line,
@@ -41,9 +45,6 @@ from benchmarks.runner import (
     run_with_partial,
     write,
 )
-from ella.learner.report import share_summary
-from ella.train import TrainConfig, Trainer
-from experiments._common import EXPERIMENT_RESULTS, as_experiment
 
 DATASETS = ("mnist_subset", "rotated_mnist_subset")
 #: "default" is ella train's recipe when this study was made, pinned:

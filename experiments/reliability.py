@@ -12,7 +12,7 @@ win), with ``ella train``'s defaults on the shared data (``--data-dir``), three 
 - ``select``: the default mixer (FC+CONV+GCONV) at 5,000 images, then ``ella select RUN``
   (greedy, 20 epochs a network). Its first round is the ``drop`` question for this mixer.
 
-By one rule (:func:`benchmarks.claims.follows_rotation`), the evidence follows the data
+By one rule (:func:`studies.rules.follows_rotation`), the evidence follows the data
 where it keeps CONV on the upright digits and drops it on the rotated ones, keeping GCONV
 there. Each step resumes from ``--work-dir`` (a finished run or selection is reused), and
 the results files are written after every step, so a call that is stopped loses at most
@@ -33,12 +33,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.claims import as_paths, follows_rotation, over_seeds, paths_upper
-from benchmarks.runner import default_data_dir
 from ella.rundir import CHECKPOINT, CONFIG, RESULTS, SELECT_EPOCHS, read_json
 from ella.selection import drop_each_path, kept_their_fit, null_model, select_paths
 from ella.train import TrainConfig, train
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+from studies.results import EXPERIMENT_RESULTS, environment, write_results
+from studies.rules import as_paths, follows_rotation, over_seeds, paths_upper
+from studies.runner import default_data_dir
 
 __all__ = ["PARTS", "main", "verdicts"]
 
@@ -153,7 +153,7 @@ QUESTIONS = (
 
 def verdicts(rows: list[dict]) -> dict[str, dict]:
     """Per question measured: its seeds, whether each follows the data, and the answer over
-    the seeds (:func:`benchmarks.claims.over_seeds`)."""
+    the seeds (:func:`studies.rules.over_seeds`)."""
     found = {}
     for part, size, key, words in QUESTIONS:
         flags = _pairs(rows, part, size, key)

@@ -22,19 +22,20 @@ import itertools
 import json
 from pathlib import Path
 
-from benchmarks.ensembles import run_ensembles
-from benchmarks.fordes import DATASETS, METHODS, build_runs
-from benchmarks.fordes import PROFILES as FORDES_PROFILES
-from benchmarks.fordes import measure as fordes_measure
-from benchmarks.runner import (
+from ella.ensembles import EnsembleTrainer
+from studies.fordes import DATASETS, METHODS, build_runs
+from studies.fordes import PROFILES as FORDES_PROFILES
+from studies.fordes import measure as fordes_measure
+from studies.results import BENCHMARK_RESULTS, EXPERIMENT_RESULTS
+from studies.runner import (
+    as_experiment,
     common_arguments,
     header_line,
     load_or_measure,
     partial_path,
+    run_ensembles,
     write,
 )
-from ella.ensembles import EnsembleTrainer
-from experiments._common import BENCHMARK_RESULTS, EXPERIMENT_RESULTS, as_experiment
 
 REPULSIVE = [m for m in METHODS if m != "de"]
 PROFILES = {

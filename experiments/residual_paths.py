@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ella.train import TrainConfig
 from ella.train.loop import train
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+from studies.results import EXPERIMENT_RESULTS, environment, write_results
 
 DATASETS = ("mnist", "rotated_mnist")
 SEEDS = (0, 1)

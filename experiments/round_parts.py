@@ -21,7 +21,7 @@ import time
 
 from ella.runtime.timing import SECTIONS, sections
 from ella.train import TrainConfig, Trainer
-from experiments._common import EXPERIMENT_RESULTS, environment, write_results
+from studies.results import EXPERIMENT_RESULTS, environment, write_results
 
 PROFILES = {
     "default": {},

@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.runner import default_data_dir
 from ella.data.datasets import ImageData, load_dataset
 from ella.io import save_json
 from ella.models import mixer
@@ -45,7 +44,8 @@ from ella.models.baselines import cnn
 from ella.nn import RelaxedLayer
 from ella.nn import paths as path_module
 from ella.train.config import HEAD_INIT_IMAGES
-from experiments._common import EXPERIMENT_RESULTS, environment, write_generated
+from studies.results import EXPERIMENT_RESULTS, environment, write_generated
+from studies.runner import default_data_dir
 
 PROFILES = {
     "cpu": dict(train_size=5000, test_size=2000, steps=200),

@@ -191,7 +191,7 @@ def test_the_package_does_not_quote_the_research_log():
 
 
 #: the packages whose private names (a module or name starting with ``_``) no experiment uses
-PUBLIC_ONLY = ("ella", "benchmarks")
+PUBLIC_ONLY = ("ella", "benchmarks", "studies")
 
 
 def _private(dotted: str) -> bool:
@@ -204,9 +204,10 @@ def _private(dotted: str) -> bool:
 
 
 def private_uses(source: str) -> list[str]:
-    """The private names of ``ella`` or ``benchmarks`` that ``source`` imports or reaches as
-    an attribute of an imported name (``from ella.x import _y``, ``import ella.x._y``,
-    ``ella.x._y``, ``from benchmarks import _common``), as ``line: dotted.name``."""
+    """The private names of :data:`PUBLIC_ONLY`'s packages that ``source`` imports or
+    reaches as an attribute of an imported name (``from ella.x import _y``, ``import
+    ella.x._y``, ``ella.x._y``, ``from benchmarks import _common``), as ``line:
+    dotted.name``."""
     tree = ast.parse(source)
     bound: dict[str, str] = {}  # local name -> the dotted name it was imported as
     found = []
@@ -244,15 +245,15 @@ def test_the_private_use_check_finds_each_form():
     assert private_uses("from benchmarks import _common") == ["1: benchmarks._common"]
     assert private_uses("from benchmarks._runner import write") == ["1: benchmarks._runner.write"]
     public = "import ella\nfrom ella.marglik.laplace_internals import kron_factors\n"
-    public += "from experiments._common import write_results\nella.__version__\nself._x\n"
+    public += "from experiments.full_ggn import full_ggn\nella.__version__\nself._x\n"
     assert private_uses(public) == []
 
 
 def test_experiments_use_only_public_api():
     """Every file under experiments/ (scripts and their tests) and tools/ uses ``ella``'s
-    public names and the public harness of benchmarks/ (``common``, ``runner``,
-    ``ensembles``, ``speed_gpu``), never a module or name starting with ``_``; experiments'
-    own ``_common`` is theirs to use."""
+    public names, those of ``studies`` (what the benchmarks and the experiments share) and
+    of the benchmarks' modules a tool runs (``speed_gpu``), never a module or name starting
+    with ``_``."""
     files = sorted([*(ROOT / "experiments").rglob("*.py"), *(ROOT / "tools").rglob("*.py")])
     assert len(files) > 10
     private = {
@@ -260,7 +261,7 @@ def test_experiments_use_only_public_api():
         for path in files
         if (uses := private_uses(path.read_text()))
     }
-    assert not private, f"experiments use private names of ella or benchmarks: {private}"
+    assert not private, f"experiments use private names of {PUBLIC_ONLY}: {private}"
 
 
 def patched_attributes(source: str) -> list[str]:
@@ -296,7 +297,7 @@ def test_nothing_outside_the_tests_patches_what_it_imports():
     replacing a model's own child modules by a name found at run time."""
     files = [
         path
-        for folder in ("ella", "benchmarks", "experiments", "tools")
+        for folder in ("ella", "benchmarks", "experiments", "studies", "tools")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if "tests" not in path.relative_to(ROOT).parts
     ]
@@ -320,9 +321,9 @@ def test_the_per_layer_reliability_is_the_one_its_results_give():
     writes from the committed results (record 0042)."""
     import json
 
-    from benchmarks.common import splice_between
     from ella.selection import PER_LAYER_RELIABILITY
     from experiments.layer_reduction_summary import BEGIN, END, GUIDE, reliability_table
+    from studies.results import splice_between
 
     payload = json.loads((ROOT / "experiments/results/layer_reduction.json").read_text())
     text = GUIDE.read_text()

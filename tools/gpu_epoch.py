@@ -18,7 +18,7 @@ import time
 import torch
 
 from benchmarks.speed_gpu import release, run_variant, step_flops
-from benchmarks.table3 import PROFILES, row_config
+from studies.table3 import PROFILES, row_config
 
 VARIANTS = (("fp32", "off"), ("fp32", "on"), ("bf16", "on"), ("bf16", "off"))
 

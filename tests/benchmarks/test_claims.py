@@ -13,7 +13,8 @@ import pytest
 
 from benchmarks import claims
 from benchmarks.claims import NO, NOISE, NOT_REPRODUCED, UNMEASURED, YES, verdict
-from benchmarks.common import splice_between
+from studies.results import splice_between
+from studies.rules import follows_position, follows_rotation, over_seeds
 
 ROOT = claims.ROOT
 
@@ -182,14 +183,14 @@ def test_check_prints_a_diff_and_writing_touches_nothing_outside_the_markers(tmp
 
 
 def test_the_reliability_rule_is_written_once_and_read_from_the_selections():
-    assert claims.follows_rotation(["fc", "conv", "gconv"], ["gconv"])
-    assert not claims.follows_rotation(["fc", "gconv"], ["gconv"])  # CONV dropped upright too
-    assert not claims.follows_rotation(["conv"], ["conv", "gconv"])  # CONV kept on rotated
-    assert claims.follows_position(["conv"], ["fc", "conv"])
-    assert not claims.follows_position(["fc", "conv"], ["fc", "conv"])
-    assert claims.over_seeds([True, True]) == "yes, both seeds"
-    assert claims.over_seeds([False, False]) == "no, at either seed"
-    assert claims.over_seeds([True, False]) == "mixed: at 1 seed of 2"
+    assert follows_rotation(["fc", "conv", "gconv"], ["gconv"])
+    assert not follows_rotation(["fc", "gconv"], ["gconv"])  # CONV dropped upright too
+    assert not follows_rotation(["conv"], ["conv", "gconv"])  # CONV kept on rotated
+    assert follows_position(["conv"], ["fc", "conv"])
+    assert not follows_position(["fc", "conv"], ["fc", "conv"])
+    assert over_seeds([True, True]) == "yes, both seeds"
+    assert over_seeds([False, False]) == "no, at either seed"
+    assert over_seeds([True, False]) == "mixed: at 1 seed of 2"
     rows = {(r.question, r.size): r.answer for r in claims.reliability_rows()}
     greedy = rows["greedy selection (`ella select`)", "1,000, Table 3's mixer"]
     assert greedy.startswith("mixed: at 1 seed of 2") and "below that of no network" in greedy
@@ -211,7 +212,7 @@ def test_the_criteria_table_reads_each_criterions_t_from_record_0044s_results(tm
         "noise": {"1000": {"seed_sd": {"total": 800.0}, "refit_sd": {"log_evidence": 95.0}}},
     }  # fmt: skip
     (tmp_path / "experiments" / "results").mkdir(parents=True)
-    (tmp_path / claims.CRITERIA_RESULTS).write_text(json.dumps(payload))
+    (tmp_path / claims.EXPERIMENT_RESULTS["criteria"].path).write_text(json.dumps(payload))
     rows = claims.criteria_table(tmp_path).splitlines()
     assert rows[2] == (
         "| the KFAC evidence (`evidence`) | training images | 1.5 (+900 ± 600, 5 seeds) | 12% | "
@@ -299,13 +300,15 @@ def test_the_main_jobs_kept_paths_are_path_names(results_root):
 
 
 def test_an_experiments_file_is_refused_naming_the_command_that_writes_it(results_root):
-    _edit(results_root, claims.RELIABILITY, lambda p: p["rows"][0].update(winner="nonsense"))
+    reliability = claims.EXPERIMENT_RESULTS["reliability"].path
+    _edit(results_root, reliability, lambda p: p["rows"][0].update(winner="nonsense"))
     _refused_by_name(
-        results_root, claims.RELIABILITY, "rows[0].winner should be a path name",
+        results_root, reliability, "rows[0].winner should be a path name",
         "python -m experiments.reliability",
     )  # fmt: skip
-    shutil.copy(ROOT / claims.RELIABILITY, results_root / claims.RELIABILITY)
-    path = results_root / claims.MINIATURE
+    shutil.copy(ROOT / reliability, results_root / reliability)
+    miniature = claims.EXPERIMENT_RESULTS["miniature"].path
+    path = results_root / miniature
     lines = path.read_text().splitlines()
     path.write_text("\n".join([*lines[:3], lines[3][:40], *lines[4:]]) + "\n")
-    _refused_by_name(results_root, claims.MINIATURE, "cannot be read as JSON (line 4, column")
+    _refused_by_name(results_root, miniature, "cannot be read as JSON (line 4, column")

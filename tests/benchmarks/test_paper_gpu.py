@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from benchmarks import paper_gpu
-from benchmarks.common import GENERATED
 from ella.io import save_json, save_jsonl, save_torch
 from ella.train import TrainConfig, Trainer
+from studies.results import GENERATED
 
 from ..data.test_datasets import SHARED
 

@@ -11,21 +11,29 @@ import json
 
 import pytest
 
-from benchmarks.common import GENERATED, RESULTS, check_generated, write_generated
-from benchmarks.runner import write
-from experiments._common import EXPERIMENT_RESULTS, as_experiment
+from studies.results import (
+    BENCHMARK_RESULTS,
+    EXPERIMENT_RESULTS,
+    GENERATED,
+    ROOT,
+    check_generated,
+    write_generated,
+)
+from studies.runner import as_experiment, write
 
-BENCHMARKS = RESULTS.parent
+BENCHMARKS = BENCHMARK_RESULTS.parent
 EXPERIMENTS = EXPERIMENT_RESULTS.parent
 #: the scripts' folders and the folder each writes to by default
-SCRIPT_FOLDERS = {BENCHMARKS: RESULTS, EXPERIMENTS: EXPERIMENT_RESULTS}
-#: where the guarded writers are defined (the only files that may write a file directly)
-WRITERS = {BENCHMARKS / "common.py", EXPERIMENTS / "_common.py"}
+SCRIPT_FOLDERS = {BENCHMARKS: BENCHMARK_RESULTS, EXPERIMENTS: EXPERIMENT_RESULTS}
+#: where the guarded writers are defined (the only file that may write a file directly)
+WRITERS = {ROOT / "studies" / "results.py"}
 
 
 def scripts():
-    """Every script under benchmarks/ and experiments/ (not their tests)."""
-    return [s for folder in SCRIPT_FOLDERS for s in sorted(folder.glob("*.py"))]
+    """Every script under benchmarks/ and experiments/ and every module of studies/ (not
+    their tests)."""
+    folders = [*SCRIPT_FOLDERS, ROOT / "studies"]
+    return [s for folder in folders for s in sorted(folder.glob("*.py"))]
 
 
 def hand_written():
@@ -80,10 +88,10 @@ def test_no_script_replaces_a_hand_written_result(md):
 
 
 def test_no_script_writes_a_file_but_through_the_guarded_writers():
-    """Only benchmarks/common.py and experiments/_common.py call ``save_text``,
-    ``write_text`` or ``write_bytes``; every other script under benchmarks/ and experiments/
-    writes Markdown through :func:`write_generated` (or ``write_markdown``) and JSON
-    progress through ``save_json``."""
+    """Only studies/results.py calls ``save_text``, ``write_text`` or ``write_bytes``; every
+    other script under benchmarks/ and experiments/ (and module of studies/) writes Markdown
+    through :func:`write_generated` (or ``write_markdown``) and JSON progress through
+    ``save_json``."""
     writers = {"save_text", "write_text", "write_bytes"}
     checked = 0
     for script in scripts():
@@ -97,16 +105,39 @@ def test_no_script_writes_a_file_but_through_the_guarded_writers():
     assert checked >= 10 and any(s.parent == EXPERIMENTS for s in scripts())
 
 
+def imported_packages(path) -> set[str]:
+    """The top-level packages the module at ``path`` imports (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_studies_stand_between_the_library_and_the_scripts():
+    """benchmarks/ and experiments/ (scripts and tests) import what they share from
+    studies/, not from each other; studies/ imports neither, and ella never imports it."""
+    below = {
+        "experiments": {"benchmarks"},
+        "benchmarks": {"experiments"},
+        "studies": {"benchmarks", "experiments"},
+        "ella": {"studies", "benchmarks", "experiments"},
+    }
+    for folder, forbidden in below.items():
+        files = sorted((ROOT / folder).rglob("*.py"))
+        assert files, folder
+        for path in files:
+            wrong = imported_packages(path) & forbidden
+            assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
+
+
 def test_an_experiment_writes_to_experiments_results_by_default():
-    """No script under experiments/ takes benchmarks/results as its default folder: it does
-    not import ``RESULTS`` from benchmarks, and where it adds ``benchmarks.runner``'s
-    common arguments (whose ``--results-dir`` is benchmarks/results) it sets the default."""
+    """Where a script under experiments/ adds ``studies.runner``'s common arguments (whose
+    ``--results-dir`` is benchmarks/results) it sets the default."""
     for script in sorted(EXPERIMENTS.glob("*.py")):
         tree = ast.parse(script.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
-                names = {alias.name for alias in node.names}
-                assert "RESULTS" not in names, f"{script.name} imports benchmarks' RESULTS"
         calls = {
             getattr(node.func, "attr", getattr(node.func, "id", None)): node
             for node in ast.walk(tree)
@@ -130,4 +161,4 @@ def test_every_generated_markdown_result_carries_the_mark():
     there, is not. Findings are written as decision records in docs/research/."""
     unmarked = hand_written()
     assert {md.name for md in unmarked} <= {"README.md"}
-    assert not [md for md in unmarked if md.is_relative_to(RESULTS)]
+    assert not [md for md in unmarked if md.is_relative_to(BENCHMARK_RESULTS)]
