@@ -1,4 +1,4 @@
-"""What the command-line tests share: a tiny run's options, running ``ella`` in-process
+"""What the command-line tests share: tiny runs' options, running ``ella`` in-process
 and expecting a refusal, and a snapshot of a directory to show nothing changed."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ TINY = [
     "--epochs", "1", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
     "--n-hypersteps", "2", "--batch-size", "32", "--no-progress",
 ]  # fmt: skip
-#: a tiny learned CONV+GCONV mixer
-TINY_MIXER = [
+#: a tiny learned mixer of the default paths
+TINY_LEARNED = [
     "--train-size", "48", "--test-size", "32", "--width", "1", "--epochs", "2",
     "--batch-size", "16", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
-    "--n-hypersteps", "2", "--no-progress", "--paths", "conv", "gconv",
+    "--n-hypersteps", "2", "--no-progress",
 ]  # fmt: skip
+#: a tiny learned CONV+GCONV mixer
+TINY_MIXER = [*TINY_LEARNED, "--paths", "conv", "gconv"]
 
 
 def snapshot(directory: Path) -> dict[str, str]:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 import ella
@@ -19,26 +18,7 @@ from ella.errors import CheckpointError, ConfigError, EllaError, InputDataError
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.marglik.backends import MAX_N_DATA, check_n_data
 from ella.train.fit_inputs import check_first_batch
-
-FAST = dict(epochs=1, n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=1, progress=False)
-N, K = 8, 3  # examples, classes
-
-
-def tiny_model(outputs: int = K) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, outputs))
-
-
-def inputs() -> torch.Tensor:
-    return torch.randn(N, 4, generator=torch.Generator().manual_seed(1))
-
-
-def labels() -> torch.Tensor:
-    return torch.arange(N) % K
-
-
-def loader(y: torch.Tensor, **kwargs) -> DataLoader:
-    return DataLoader(TensorDataset(inputs(), y), **{"batch_size": 4, **kwargs})
+from tests.tiny_fit import FAST, K, N, inputs, labels, loader, tiny_model
 
 
 class Items(Dataset):

@@ -9,12 +9,7 @@ import torch
 
 from ella.cli import build_parser, main
 from ella.train import HELP, TrainConfig
-
-TINY = [
-    "--train-size", "48", "--test-size", "32", "--width", "1", "--epochs", "2",
-    "--batch-size", "16", "--n-epochs-burnin", "1", "--marglik-frequency", "1",
-    "--n-hypersteps", "2", "--no-progress",
-]  # fmt: skip
+from tests.cli_runs import TINY_LEARNED
 
 
 def test_every_config_field_is_a_documented_option():
@@ -50,7 +45,7 @@ def test_the_ggn_help_counts_the_backward_passes_the_code_takes():
 def test_train_then_report_through_the_command_line(tmp_path, capsys):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "ella.cli", "train", "--out", str(out), *TINY],
+        [sys.executable, "-m", "ella.cli", "train", "--out", str(out), *TINY_LEARNED],
         capture_output=True,
         text=True,
     )
@@ -84,15 +79,15 @@ def test_resume_needs_a_run_directory(capsys):
 
 def test_refuses_to_overwrite_a_run(tmp_path, capsys):
     (tmp_path / "checkpoint.pt").write_bytes(b"")
-    assert main(["train", "--out", str(tmp_path), *TINY]) == 1
+    assert main(["train", "--out", str(tmp_path), *TINY_LEARNED]) == 1
     assert "--resume" in capsys.readouterr().err
 
 
 def test_bad_options_give_clear_errors(tmp_path, capsys):
-    assert main(["train", "--out", str(tmp_path / "a"), "--dataset", "svhn", *TINY]) == 1
+    assert main(["train", "--out", str(tmp_path / "a"), "--dataset", "svhn", *TINY_LEARNED]) == 1
     assert "unknown dataset 'svhn'" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse lists the choices
-        main(["train", "--out", str(tmp_path / "b"), "--paths", "fc", "mlp", *TINY])
+        main(["train", "--out", str(tmp_path / "b"), "--paths", "fc", "mlp", *TINY_LEARNED])
     assert "invalid choice: 'mlp'" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nothing")]) == 1
     assert "no results.json" in capsys.readouterr().err

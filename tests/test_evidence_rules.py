@@ -18,7 +18,7 @@ from ella.evidence_rules import (
 from ella.marglik import LaplaceEvidence, PriorStructure
 from ella.train import TrainConfig
 from tests.cli_runs import TINY, refused
-from tests.test_api_inputs import FAST, N, labels, loader, tiny_model
+from tests.tiny_fit import FAST, N, labels, loader, tiny_model
 
 #: each rule broken alone, by the recipe's names (``n_data`` is the entry point's), and
 #: the words of its reason

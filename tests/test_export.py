@@ -16,7 +16,7 @@ from ella.models import mixer
 from ella.nn import RelaxedLayer
 from ella.testing import assert_equivariant
 from tests.cli_runs import refused, snapshot
-from tests.test_io import flip_bits_in_tensor_data
+from tests.damage import flip_bits_in_tensor_data
 
 
 def zeroed(net, drop):

@@ -12,6 +12,7 @@ import torch
 from ella.cli import main
 from ella.errors import CheckpointError, FileWriteError
 from ella.io import DIGEST_KEY, atomic_write, load_torch, save_json, save_torch, values_digest
+from tests.damage import flip_bits_in_tensor_data
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -146,23 +147,6 @@ def test_a_full_disk_ends_a_run_with_one_line_and_a_rerun_with_space_ends_it_ali
 
 
 # ---------------------------------------------------------------- stored values
-def flip_bits_in_tensor_data(path: Path, bits: int = 3) -> None:
-    """Flip ``bits`` bits in the middle of the largest tensor record of the torch file at
-    ``path`` (an uncompressed zip), where torch's reader does not look for damage."""
-    import zipfile
-
-    with zipfile.ZipFile(path) as archive:
-        record = max((i for i in archive.infolist() if "/data/" in i.filename),
-                     key=lambda i: i.file_size)  # fmt: skip
-    raw = bytearray(path.read_bytes())
-    head = record.header_offset
-    name_len, extra_len = (int.from_bytes(raw[head + k : head + k + 2], "little") for k in (26, 28))
-    start = head + 30 + name_len + extra_len + record.file_size // 2
-    for b in range(bits):
-        raw[start + 7 * b] ^= 1 << b
-    path.write_bytes(bytes(raw))
-
-
 STORED = {
     "model": {"w": torch.arange(600, dtype=torch.float32).reshape(20, 30) / 7},
     "half": torch.ones(3, dtype=torch.bfloat16),

@@ -30,7 +30,7 @@ from ella.options import MAX_SEED
 from ella.rundir import LOCK, check_run_directory, run_lock
 from ella.train import TrainConfig
 from tests.cli_runs import TINY, refused, snapshot
-from tests.test_io import flip_bits_in_tensor_data
+from tests.damage import flip_bits_in_tensor_data
 
 #: a mixer whose evidence rounds draw a subset and use the control variate, as by default
 SUBSET = [

@@ -538,7 +538,7 @@ def test_select_refuses_a_record_it_cannot_read_before_any_work(tmp_path, monkey
     """A round's row with log evidence null: refused before a candidate is trained, and the
     record is not rewritten."""
     from ella import selection
-    from tests.test_select import fake_train_on, write_config
+    from tests.selection.fakes import fake_train_on, write_config
 
     run = write_config(tmp_path / "run")
     monkeypatch.setattr(selection, "null_model", lambda run_dir, data_dir=None: NULL_MODEL)

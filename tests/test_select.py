@@ -5,7 +5,6 @@ import itertools
 import json
 
 import pytest
-import torch
 from torch import nn
 
 import ella
@@ -21,17 +20,7 @@ from ella.rundir import (
     holds_run,
 )
 from ella.train import TrainConfig
-
-
-def write_config(directory, finished=True, **values):
-    """A run directory with a config.json of ``values`` over a learned FC+CONV+GCONV mixer
-    and, where ``finished``, a results.json: enough for the checks (candidates are fakes)."""
-    directory.mkdir()
-    config = TrainConfig(paths=("fc", "conv", "gconv")).to_dict()
-    (directory / "config.json").write_text(json.dumps({**config, **values}))
-    if finished:
-        (directory / "results.json").write_text("{}")
-    return directory
+from tests.selection.fakes import SELECTION_EVIDENCE, fake_train_on, write_config
 
 
 @pytest.mark.parametrize(
@@ -100,17 +89,6 @@ def test_format_path_drops_says_when_every_path_is_kept():
     assert text.endswith("the evidence keeps every path")
 
 
-#: the log evidence a fake candidate gets, by the paths it has at zero
-SELECTION_EVIDENCE = {
-    (): -100.0,
-    ("fc",): -90.0,
-    ("conv",): -95.0,
-    ("gconv",): -120.0,
-    ("conv", "fc"): -80.0,
-    ("fc", "gconv"): -110.0,
-}
-
-
 #: the class-frequency model of the fake runs
 NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
 
@@ -119,34 +97,6 @@ NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
 def fake_null_model(monkeypatch):
     """The fake runs have no data: their class-frequency model is ``NULL``."""
     monkeypatch.setattr(selection, "null_model", lambda run_dir, data_dir=None: NULL)
-
-
-def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelihood=None):
-    """A :func:`ella.selection.train_on` that records ``(dropped, start weight)`` per call and
-    returns the weight it ends with, a number unique to the call; the training log
-    likelihood is ``likelihood[dropped]``, else -10."""
-
-    def train_on(
-        run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None,
-        criterion=None, seed=None,
-    ):  # fmt: skip
-        if interrupt_at is not None and len(calls) == interrupt_at:
-            raise KeyboardInterrupt
-        weight = None if start is None else float(start["model"]["w"])
-        calls.append((tuple(sorted(dropped)), weight))
-        kept = [p for p in units or selection.relaxed_paths(run_dir) if p not in dropped]
-        row = {
-            "kept": kept,
-            "test_accuracy": 0.5,
-            "test_nll": 1.0,
-            "log_evidence": evidence[tuple(sorted(dropped))],
-            "log_likelihood": (likelihood or {}).get(tuple(sorted(dropped)), -10.0),
-            "shares": {p: 100.0 / len(kept) for p in kept},
-        }
-        end = {"model": {"w": torch.tensor(float(len(calls)))}, "log_prior": torch.zeros(3)}
-        return row, end
-
-    return train_on
 
 
 def test_select_paths_drops_greedily_and_starts_each_round_from_the_winner(tmp_path, monkeypatch):
@@ -266,7 +216,6 @@ def test_select_paths_passes_over_a_collapsed_candidate(tmp_path, monkeypatch):
     ],
 )
 def test_train_select_paths_refuses_what_it_cannot_select_before_any_work(values, match):
-    from ella.train import TrainConfig
 
     with pytest.raises(ConfigError, match=match):
         TrainConfig(select_paths=True, **values)

@@ -57,7 +57,8 @@ from ella.rundir import (
     PATH_SELECTION_STATE,
     holds_run,
 )
-from tests.data.test_datasets import SHARED
+from tests.cli_runs import TINY_MIXER
+from tests.data.shared import SHARED
 
 REFERENCE = Path(__file__).with_name("data") / "path_selection_reference.json"
 #: the least evidence lead (nats) a reference decision may have: under half the least
@@ -207,10 +208,8 @@ def test_select_decides_as_report_select_paths_did(tmp_path, capsys, one_thread)
 
 @pytest.mark.slow  # trains a small run and selects its paths
 def test_train_select_paths_selects_after_training(tmp_path, capsys):
-    from tests.test_cli import TINY
-
     out = tmp_path / "run"
-    args = ["train", "--out", str(out), *TINY, "--paths", "conv", "gconv"]
+    args = ["train", "--out", str(out), *TINY_MIXER]
     assert main([*args, "--select-paths", "--select-epochs", "1"]) == 0
     text = capsys.readouterr().out
     assert "round 1 (network CONV+GCONV):" in text and "\nselected: " in text
@@ -224,7 +223,7 @@ def test_train_on_finds_the_data_where_the_run_found_it(tmp_path, monkeypatch):
     """A run on data files in ``--data-dir``: training it on, given no data directory,
     reads them there (not from ``$ELLA_DATA`` or the default cache, empty here)."""
     from ella.train import train
-    from tests.train.test_loop import tiny_config
+    from tests.runs import tiny_config
 
     out = tmp_path / "run"
     train(tiny_config(epochs=2, dataset="mnist", data_dir=str(SHARED)), out)

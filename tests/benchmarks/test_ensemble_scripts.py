@@ -5,8 +5,7 @@ import json
 import pytest
 
 from benchmarks import fordes, osp
-
-from ..data.test_datasets import SHARED
+from tests.data.shared import SHARED
 
 needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 

@@ -18,8 +18,7 @@ from benchmarks import paper_gpu
 from ella.io import save_json, save_jsonl, save_torch
 from ella.train import TrainConfig, Trainer
 from studies.results import GENERATED
-
-from ..data.test_datasets import SHARED
+from tests.data.shared import SHARED
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_check.sh"

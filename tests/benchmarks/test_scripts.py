@@ -5,8 +5,7 @@ import json
 import pytest
 
 from benchmarks import table1, table3
-
-from ..data.test_datasets import SHARED
+from tests.data.shared import SHARED
 
 needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 
@@ -68,7 +67,7 @@ def test_invariance_smoke(tmp_path):
 def test_speed_counts_the_fits_flops_and_times_their_eigenvalues(tmp_path):
     from benchmarks.speed import eigendecomposition_seconds, fit_flops
     from ella.train import Trainer
-    from tests.train.test_loop import tiny_config
+    from tests.runs import tiny_config
 
     trainer = Trainer(tiny_config(), tmp_path)
     exact, mc = fit_flops(trainer, "exact"), fit_flops(trainer, "mc")
@@ -98,7 +97,7 @@ def test_speed_counts_the_in_place_products_the_flop_counter_leaves_at_zero():
 def test_speed_times_epochs_and_native_fits_in_turns(tmp_path):
     from benchmarks.speed import paired_native_fits
     from ella.train import Trainer
-    from tests.train.test_loop import tiny_config
+    from tests.runs import tiny_config
 
     trainer = Trainer(tiny_config(), tmp_path)
     epoch, fits, ratios = paired_native_fits(trainer, rounds=1)
@@ -112,7 +111,7 @@ def test_speed_runs_map_and_ella_in_turns(monkeypatch):
     """``paired_runs`` alternates a MAP run and an ELLA run of the same config, and
     returns each kind's seconds in the order run."""
     import benchmarks.speed as speed
-    from tests.train.test_loop import tiny_config
+    from tests.runs import tiny_config
 
     ran = []
 

@@ -1,14 +1,12 @@
 import gzip
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
 from ella.data import DataFileError, load_dataset, read_idx
 from ella.data.files import KNOWN_MD5
-
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from tests.data.shared import SHARED
 
 
 def test_embedded_subset():

@@ -10,8 +10,7 @@ import torch
 from ella.data import DataFileError, load_dataset
 from ella.data import transforms as T
 from ella.data.datasets import apply_variant, load_cifar10, parse_name
-
-from .test_datasets import SHARED
+from tests.data.shared import SHARED
 
 
 def images(n=6, size=8):

@@ -67,7 +67,7 @@ def test_a_collapse_is_said_once_at_the_epoch_it_happens():
 
 def test_the_training_loop_says_it_on_stderr_as_it_happens(tmp_path, monkeypatch, capsys):
     from ella.train import Trainer
-    from tests.train.test_loop import tiny_config
+    from tests.runs import tiny_config
 
     accuracies = iter([0.6, 0.95, 0.3, 0.25])
     monkeypatch.setattr(  # scripted epochs: the loop around them is what is tested

@@ -148,7 +148,7 @@ def test_an_epoch_on_cuda_synchronises_a_fixed_number_of_times():
 
 @pytest.mark.parametrize("method", ["de", "forde"])
 def test_an_epoch_of_an_ensemble_reads_the_device_a_fixed_number_of_times(method):
-    from tests.ensembles.test_trainer import tiny_data, trainer
+    from tests.ensembles.tiny_trainer import tiny_data, trainer
 
     def reads(n_train: int) -> Counter:
         run = trainer(tiny_data(n_train=n_train), method=method)

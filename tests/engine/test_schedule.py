@@ -15,7 +15,7 @@ from ella.engine.schedule import (
 from ella.errors import ConfigError
 from ella.options.migrations import absent_means
 from ella.train import TrainConfig, Trainer
-from tests.train.test_loop import tiny_config
+from tests.runs import tiny_config
 
 
 def test_fan_in_counts_inputs_per_output():

@@ -3,9 +3,7 @@ import math
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
 
-from ella.data import ImageData
 from ella.ensembles import (
     EnsembleConfig,
     EnsembleTrainer,
@@ -13,36 +11,8 @@ from ella.ensembles import (
     log_kernel_density,
     member_features,
 )
-from ella.models import mixer
 from ella.train import TrainingDivergedError, cosine_lr
-
-
-def tiny_data(n_train=48, n_test=20, size=8, seed=0) -> ImageData:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_train + n_test, 1, size, size, generator=g)
-    y = (x[:, 0, : size // 2].mean((1, 2)) > 0).long() + 2 * (
-        x[:, 0, :, : size // 2].mean((1, 2)) > 0
-    )
-    return ImageData(
-        "mnist_subset",
-        TensorDataset(x[:n_train], y[:n_train]),
-        TensorDataset(x[n_train:], y[n_train:]),
-        num_classes=4,
-    )
-
-
-def tiny_model():
-    return mixer(1, 4, 8, group="trivial", paths=("conv", "fc"), width=1)
-
-
-def config(**kw) -> EnsembleConfig:
-    base = dict(members=3, epochs=2, batch_size=16, lr=3e-3, progress=False,
-                corruption_severities=(), seed=0)  # fmt: skip
-    return EnsembleConfig(**{**base, **kw})
-
-
-def trainer(data=None, **kw) -> EnsembleTrainer:
-    return EnsembleTrainer(config(**kw), model_fn=tiny_model, data=data or tiny_data())
+from tests.ensembles.tiny_trainer import config, tiny_data, tiny_model, trainer
 
 
 def member_states(t: EnsembleTrainer):

@@ -9,7 +9,7 @@ from ella.rundir import foreign_entries, holds_run
 from ella.train import train
 from ella.train.loop import evaluate
 from ella.train.runs import load_run
-from tests.train.test_loop import tiny_config
+from tests.runs import tiny_config
 
 pytestmark = pytest.mark.slow  # each trains a small run
 

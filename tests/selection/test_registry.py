@@ -111,7 +111,7 @@ def test_a_search_and_a_criterion_of_ones_own_run_resume_and_are_reported(
 
 
 def test_the_validation_criterion_needs_a_validation_split(tmp_path):
-    from tests.test_select import write_config
+    from tests.selection.fakes import write_config
 
     run = write_config(tmp_path / "run", paths=["conv", "gconv"])
     with pytest.raises(ConfigError, match="holds none: train it with a validation split"):

@@ -38,7 +38,7 @@ def test_seeds_are_checked_before_any_work(tmp_path):
 
 
 def fake_run(directory):
-    from tests.test_select import write_config
+    from tests.selection.fakes import write_config
 
     return write_config(directory, paths=["conv", "gconv"], seed=3)
 

@@ -8,24 +8,22 @@ the device and the augmentations ran batched there::
     PYTHONPATH=. .venv/bin/python tests/train/test_augmented_runs.py --write
 
 (the stored file was written at commit 03ba083, with that commit's ``ella`` first on the path
-and this module and ``tests.train.test_reference_runs`` from the tree that added them).
+and this module and the reruns, then in ``tests/train/test_reference_runs.py``, from the tree
+that added them).
 
 The runs use ``ella train``'s defaults (subset evidence with the training passes' control
 variate, whose traces the epoch records) on a one-channel mixer; the tolerance is the one
-of :mod:`tests.train.test_reference_runs`.
+of :mod:`tests.train.reference_runs`.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.train.test_reference_runs import assert_reproduces, run_case
+from tests.train.reference_runs import assert_reproduces, write_reference
 
 REFERENCE = Path(__file__).with_name("data") / "augmented_runs.json"
 #: one small run of ella train's defaults; each case sets its augmentation
@@ -43,10 +41,4 @@ def test_augmented_results_equal_the_stored_reference(name):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    cases = {name: {"options": opts, **run_case(opts)} for name, opts in CASES.items()}
-    payload = {"commit": commit, "torch": torch.__version__, "cases": cases}
-    REFERENCE.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {REFERENCE} at commit {commit}")
+    write_reference(REFERENCE, CASES)

@@ -5,26 +5,9 @@ import pytest
 import torch
 
 from ella.errors import CheckpointError
-from ella.train import TrainConfig, Trainer, TrainingDivergedError, cosine_lr
+from ella.train import Trainer, TrainingDivergedError, cosine_lr
 from ella.train.runs import load_run
-
-
-def tiny_config(**overrides) -> TrainConfig:
-    values = dict(
-        train_size=48,
-        test_size=32,
-        width=1,
-        paths=("fc", "conv", "gconv"),
-        epochs=3,
-        batch_size=16,
-        n_epochs_burnin=1,
-        marglik_frequency=1,
-        n_hypersteps=3,
-        marglik_batch_size=48,
-        progress=False,
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+from tests.runs import tiny_config
 
 
 class InterruptError(Exception):

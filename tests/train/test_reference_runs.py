@@ -2,11 +2,11 @@
 
 ``data/reference_runs.json`` holds the metrics of three small runs (a learned-prior
 mixer with the exact GGN, a mixer with subset evidence and the MC GGN, and a MAP
-MLP), written by this module run as a script at commit a7a1f40, before the
-training loop moved onto ``PriorLearner`` and ``ella.engine.epochs``::
+MLP), written at commit a7a1f40, before the training loop moved onto ``PriorLearner``
+and ``ella.engine.epochs``, by the script that is now ``tests/train/reference_runs.py``::
 
     git worktree add /tmp/ref a7a1f40
-    PYTHONPATH=/tmp/ref .venv/bin/python tests/train/test_reference_runs.py --write
+    PYTHONPATH=/tmp/ref .venv/bin/python tests/train/reference_runs.py --write
 
 The test reruns the same configurations with today's code, each in a child process on
 one thread with MKL's kernels capped at AVX2 (``PINNED_ENV``; the references were written
@@ -22,170 +22,15 @@ rounds; 5.4e-4 with subset evidence, 6e-6 for the MLP). It is far below what a c
 seed or learning rate moves: ``lr`` 1.05e-3 instead of 1e-3 moves 89 of the learned
 mixer's 208 numbers by more than 5e-3 (up to 100%), 58 of 147 with subset evidence and
 10 of the MLP's 16; seed 1 instead of 0 moves 180 of 208.
+
+The cases, ``PINNED_ENV``, ``REL_TOL`` and the reruns are in ``tests/train/reference_runs.py``.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import math
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 import pytest
-import torch
 
-REFERENCE = Path(__file__).with_name("data") / "reference_runs.json"
-#: relative tolerance of a float (the module docstring says how it was measured)
-REL_TOL = 5e-3
-#: the environment of every reference run: MKL's kernels capped at AVX2 (read when MKL
-#: starts, so only a fresh process can be pinned)
-PINNED_ENV = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-#: The reference runs: small enough for the test suite, covering the evidence rounds.
-CASES: dict[str, dict] = {
-    "mixer_learned": dict(
-        train_size=64, test_size=64, epochs=3, batch_size=32, width=1,
-        n_epochs_burnin=1, marglik_frequency=1, n_hypersteps=5, progress=False,
-    ),
-    "mixer_subset_mc": dict(
-        train_size=96, test_size=32, epochs=2, batch_size=32, width=1,
-        n_epochs_burnin=2, marglik_frequency=1, n_hypersteps=3, ggn="mc",
-        marglik_subset_size=48, progress=False,
-    ),
-    "mlp_map": dict(
-        model="mlp", train_size=128, test_size=64, epochs=2, batch_size=32,
-        learn_priors=False, progress=False,
-    ),
-}  # fmt: skip
-#: Options whose default changed after a7a1f40, pinned to the value the reference ran with
-#: (a case's own setting wins).
-PINNED: dict[str, object] = {
-    "head_init": "default", "lr": 1e-3, "norm": "none", "ggn": "exact",
-    "marglik_subset_size": None, "augment": "none", "downsample": "polyphase",
-    "report_state": "best_evidence", "lr_scaling": "none", "prior_update": "adam",
-    "prior_step": 1.0, "marglik_frequency": 3, "zero_init": (), "gconv_lr": "same",
-}  # fmt: skip
-RESULT_KEYS = (
-    "test_accuracy",
-    "test_nll",
-    "log_marglik",
-    "log_marglik_reported_state",
-    "prior_precision",
-    "effective_parameters",
-)
-
-
-#: child processes that train a batch of configurations side by side, one thread each
-CHILDREN = 2
-
-
-def run_cases(options: list[dict]) -> list[dict]:
-    """Train each configuration in a child process with ``PINNED_ENV`` (the ``ella`` this
-    process imports, one thread), :data:`CHILDREN` children side by side, each taking
-    every other configuration; their metrics and results (:func:`run_case_here`), in the
-    order of ``options``. A run's figures do not depend on the process it shares."""
-    env = {**os.environ, **PINNED_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    code = (
-        "import json, runpy, sys\n"
-        "run = runpy.run_path(sys.argv[1])['run_case_here']\n"
-        "print(json.dumps([run(o) for o in json.loads(sys.argv[2])]))\n"
-    )
-    parts = [list(range(len(options)))[n::CHILDREN] for n in range(CHILDREN)]
-    found: dict[int, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        children = []
-        for n, part in enumerate(p for p in parts if p):
-            out, err = Path(tmp) / f"{n}.out", Path(tmp) / f"{n}.err"
-            with out.open("w") as stdout, err.open("w") as stderr:  # files: no full pipe
-                child = subprocess.Popen(
-                    [sys.executable, "-c", code, __file__, json.dumps([options[i] for i in part])],
-                    stdout=stdout, stderr=stderr, text=True, env=env,
-                )  # fmt: skip
-            children.append((part, out, err, child))
-        for part, out, err, child in children:
-            assert child.wait() == 0, err.read_text()[-4000:]
-            found.update(zip(part, json.loads(out.read_text().splitlines()[-1]), strict=True))
-    return [found[i] for i in range(len(options))]
-
-
-def run_case(options: dict) -> dict:
-    """:func:`run_cases` of one configuration."""
-    return run_cases([options])[0]
-
-
-#: the runs of this session, by their options (JSON): a module's cases train together
-_RUNS: dict[str, dict] = {}
-
-
-def cached_run(options: dict, batch: list[dict]) -> dict:
-    """The run of ``options``, training it with the rest of ``batch`` (:func:`run_cases`)
-    the first time any of them is asked for."""
-    key = json.dumps(options, sort_keys=True)
-    if key not in _RUNS:
-        missing = [o for o in batch if json.dumps(o, sort_keys=True) not in _RUNS]
-        for o, run in zip(missing, run_cases(missing), strict=True):
-            _RUNS[json.dumps(o, sort_keys=True)] = run
-    return _RUNS[key]
-
-
-def run_case_here(options: dict) -> dict:
-    """Train one configuration in a temporary directory (one thread); its metrics and results."""
-    from ella.train import TrainConfig, train
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "run"
-            results = train(TrainConfig(**options), out)
-            lines = (out / "metrics.jsonl").read_text().splitlines()
-    finally:
-        torch.set_num_threads(threads)
-    kept = {key: results[key] for key in RESULT_KEYS}
-    # the paper's per-parameter measure was added to each layer row after a7a1f40 (derived
-    # from the same per-tensor effective parameters; tests/marglik/test_priors.py)
-    kept["effective_parameters"] = [
-        {k: v for k, v in row.items() if k != "relative"} for row in kept["effective_parameters"]
-    ]
-    return {"metrics": [json.loads(line) for line in lines], "results": kept}
-
-
-def assert_close(actual, expected, where: str = "") -> None:
-    """Equal structure; equal strings, ints and bools; floats to relative ``REL_TOL``."""
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict) and sorted(actual) == sorted(expected), where
-        for key in expected:
-            assert_close(actual[key], expected[key], f"{where}.{key}")
-    elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), where
-        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            assert_close(a, e, f"{where}[{i}]")
-    elif isinstance(expected, float):
-        assert math.isclose(actual, expected, rel_tol=REL_TOL, abs_tol=1e-7), (
-            f"{where}: {actual} != {expected}"
-        )
-    else:
-        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
-
-
-def assert_reproduces(
-    reference: Path, name: str, options: dict, run_options: dict, batch: list[dict]
-) -> None:
-    """Run case ``name`` of the stored ``reference`` file (whose options must be
-    ``options``) with ``run_options`` (trained with the rest of ``batch``,
-    :func:`cached_run`) and compare (:func:`assert_close`); the metric rows may only have
-    gained keys, and the reference's keys must all be there."""
-    case = json.loads(reference.read_text())["cases"][name]
-    assert case["options"] == options
-    expected = {k: case[k] for k in ("metrics", "results")}
-    actual = copy.deepcopy(cached_run(run_options, batch))
-    for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
-        for key in set(row) - set(ref_row):
-            del row[key]
-    assert_close(actual, expected, name)
+from tests.train.reference_runs import CASES, PINNED, REFERENCE, assert_reproduces
 
 
 @pytest.mark.slow
@@ -193,15 +38,3 @@ def assert_reproduces(
 def test_train_results_equal_the_stored_reference(name):
     batch = [{**PINNED, **CASES[n]} for n in sorted(CASES)]
     assert_reproduces(REFERENCE, name, CASES[name], {**PINNED, **CASES[name]}, batch)
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True, check=True,
-        cwd=Path(__import__("ella").__file__).parent,
-    ).stdout.strip()  # fmt: skip
-    cases = {name: {"options": opts, **run_case(opts)} for name, opts in CASES.items()}
-    payload = {"commit": commit, "torch": torch.__version__, "cases": cases}
-    REFERENCE.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {REFERENCE} at commit {commit}")
