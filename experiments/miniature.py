@@ -30,6 +30,23 @@ Phases (``--phase``):
 * ``all``: check, map, learned, summarise. ``time``: measures an epoch and one round of
   each estimator at the chosen size and prints the estimated time of every phase.
 
+What is ella's and what is this script's own: the data (``load_dataset`` and the hold-out
+split of ``ella train --validation-size``), the layers, the priors' rounds
+(:class:`~ella.PriorLearner`: KFAC evidence, Adam on the log precisions), the KFAC
+readings (:class:`~ella.marglik.LaplaceEvidence`, the effective-parameter report) and the
+results file's writes (:func:`ella.io.save_jsonl`) are ella's. Three parts are the
+script's own, and stay so because the committed results were made with them:
+
+* the network (:func:`build`): 14x14 images, three layers of these widths and strides and a
+  bare linear head, small enough for the dense GGN; ella's mixer builds another network
+  (its head, normalisation and downsampling);
+* the epoch (:func:`train_epoch`, :func:`run`): Adam at a constant rate over one random
+  order per seed, no augmentation, with a round of either estimator; ella's loop draws its
+  own random streams, schedules the rate and shifts the images, and has no full-GGN
+  round (:mod:`experiments.full_ggn`), so its runs would be other runs;
+* the validation figures (:func:`evaluate`): the float32 mean over all held-out logits;
+  :func:`ella.train.evaluate` sums in float64, which moves the last digits.
+
 Each finished run appends one JSON line to ``experiments/results/miniature.jsonl`` (its
 configuration, summary, per-round trace and the final readings of both estimators); a
 run already in the file with the same configuration and budget is skipped, so an
@@ -79,9 +96,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ella import PriorLearner
 from ella.data import load_dataset
+from ella.io import save_jsonl
 from ella.learner.report import effective_parameter_report
 from ella.marglik import LaplaceEvidence
 from ella.nn import GroupPool, Lift, RelaxedLayer
+from ella.train.loop import split_validation
 from experiments.full_ggn import FullEvidence, effective_report, optimal_log_prior
 from studies.results import EXPERIMENT_RESULTS, environment, write_markdown
 
@@ -165,10 +184,9 @@ def load(dataset: str, budget: Budget, data_dir: str | None) -> Split:
     key = (dataset, budget.train_size, budget.validation_size, data_dir)
     if key not in _DATA:
         data = load_dataset(dataset, data_dir, budget.train_size + budget.validation_size, 1)
-        x, y = data.train.tensors
-        x = F.avg_pool2d(x, 2)
-        n = budget.train_size
-        _DATA[key] = Split(x[:n], y[:n], x[n:], y[n:])
+        data, validation = split_validation(data, budget.validation_size)
+        (x, y), (x_val, y_val) = data.train.tensors, validation.tensors
+        _DATA[key] = Split(F.avg_pool2d(x, 2), y, F.avg_pool2d(x_val, 2), y_val)
     return _DATA[key]
 
 
@@ -460,11 +478,10 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def append_row(path: Path, row: dict) -> None:
+    """Add ``row`` to the JSON lines of ``path`` (the file written again atomically, as
+    strict JSON; a line an interrupted write of an older version cut is dropped)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    save_jsonl([*read_rows(path), row], path)
 
 
 class Runner:
