@@ -120,9 +120,9 @@ def read_run(run_dir: Path, all_images: bool = False) -> list[str]:
     run = load_run(run_dir)
     trainer, initial = trainer_at_init(run.config, all_images)
     trainer.net.load_state_dict(run.model.state_dict())
-    trainer.priors.prior_mean = None  # zero, whatever the run trained with
+    trainer.priors.state.prior_mean = None  # zero, whatever the run trained with
     zero_mean = optimum_report(trainer)
-    trainer.priors.prior_mean = parameters_to_vector(initial)  # as --prior-mean init would
+    trainer.priors.state.prior_mean = parameters_to_vector(initial)  # as --prior-mean init would
     centred = optimum_report(trainer)
     lines = [
         f"## {run_dir}",
