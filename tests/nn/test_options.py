@@ -61,7 +61,8 @@ def test_defaults_are_declared_once():
 
 
 def test_an_unknown_option_is_refused_naming_the_known_ones():
-    with pytest.raises(TypeError, match=r"RelaxedLayer got unknown option\(s\) kernel; .*kernel_size"):
+    refusal = r"RelaxedLayer got unknown option\(s\) kernel; .*kernel_size"
+    with pytest.raises(TypeError, match=refusal):
         RelaxedLayer(2, 3, 8, "C4", kernel=5)
     with pytest.raises(TypeError, match=r"Mixer got unknown option\(s\) sized_kernel"):
         mixer(1, 10, 8, sized_kernel=3)
