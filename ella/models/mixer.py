@@ -111,10 +111,7 @@ class Mixer(nn.Module):
             )
         if not blocks:
             raise ValueError("a mixer needs at least one block")
-        if options is None:
-            options = LayerOptions.named(values, declared_options(), where="Mixer")
-        elif values:
-            options = options.replace(**values)
+        options = LayerOptions.given(options, values, declared_options(), "Mixer")
         self.group = layer_group(group)
         self.in_channels = in_channels
         self.num_classes = num_classes

@@ -100,13 +100,34 @@ class LayerOptions:
         values = {name: getattr(source, name) for name in wanted if hasattr(source, name)}
         return cls.named(values, declared, where=type(source).__name__)
 
+    @classmethod
+    def given(
+        cls,
+        options: LayerOptions | None,
+        values: Mapping[str, Any],
+        declared: Mapping[str, Any],
+        where: str,
+    ) -> LayerOptions:
+        """A layer's or a mixer's options from its arguments: ``options`` with ``values``
+        changed, or, without ``options``, those ``values`` names (:meth:`named`).
+
+        Raises:
+            TypeError: a name of ``values`` that is no option, naming ``where``.
+        """
+        if options is None:
+            return cls.named(values, declared, where)
+        return options._changed(values, where) if values else options
+
     def replace(self, **values: Any) -> LayerOptions:
         """A copy with ``values`` changed (options every layer has, or :attr:`own`'s).
 
         Raises:
             TypeError: a name that is neither.
         """
-        _refuse_unknown(values, self.own, "LayerOptions.replace")
+        return self._changed(values, "LayerOptions.replace")
+
+    def _changed(self, values: Mapping[str, Any], where: str) -> LayerOptions:
+        _refuse_unknown(values, self.own, where)
         own = {name: values.get(name, value) for name, value in self.own.items()}
         common = {name: value for name, value in values.items() if name not in self.own}
         return dataclasses.replace(self, **common, own=own)

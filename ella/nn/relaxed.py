@@ -96,10 +96,7 @@ class RelaxedLayer(nn.Module):
         self.in_size = as_size(image_size)
         self.stride = stride
         self.activation = activation
-        if options is None:
-            options = LayerOptions.named(values, declared_options())
-        elif values:
-            options = options.replace(**values)
+        options = LayerOptions.given(options, values, declared_options(), "RelaxedLayer")
         #: the options the paths were built with
         self.options = options
         self.paths = nn.ModuleDict({

@@ -231,10 +231,15 @@ class TrainConfig(ScheduleConfig):
             raise ConfigError("--select-paths is for networks without --invariance")
 
 
+def _dataset_option_help() -> str:
+    """``--dataset``'s help: the data sets registered now (:func:`dataset_help`)."""
+    return f"data set: {dataset_help()}"
+
+
 #: Help text of every option of ``ella train`` (a test checks none is missing).
 HELP: dict[str, str] = {
     **SCHEDULE_HELP,
-    "dataset": f"data set: {dataset_help()}",
+    "dataset": _dataset_option_help(),
     "data_dir": "directory with MNIST/raw etc.; unset: $ELLA_DATA, else ~/.cache/ella (stored "
     "as an absolute path; may change on --resume)",
     "train_size": "number of training images to use (the first N)",
@@ -303,7 +308,7 @@ HELP: dict[str, str] = {
 def help_texts() -> dict[str, str]:
     """:data:`HELP` with ``dataset`` naming the data sets registered now (a data set
     registered after this module's import is named too)."""
-    return {**HELP, "dataset": f"data set: {dataset_help()}"}
+    return {**HELP, "dataset": _dataset_option_help()}
 
 
 __all__ = ["HEAD_INIT_IMAGES", "HELP", "INVARIANCE_METHODS", "MODELS", "TrainConfig", "help_texts"]
