@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 
 from ella.choices import Backend, HessianStructure
 from ella.errors import ConfigError, EvidenceError, InputDataError, TrainingDivergedError
+from ella.marglik.hessians import HESSIANS
 from ella.marglik.native import NativeGGN
-from ella.marglik.support import SUPPORTED_MODULES
 from ella.runtime.system import available_memory, format_bytes
 
 _NOT_FINITE = (
@@ -116,26 +116,16 @@ def hessian_bytes(model: nn.Module, structure: HessianStructure | str) -> int:
     """Bytes of the Laplace Hessian of ``model``'s trainable parameters (float32 or the
     parameters' dtype), including the eigendecomposition's copy.
 
-    ``full``: ``2 p^2`` entries; ``diag``: ``2 p``; ``kron``: twice the two factors of
-    every ``nn.Linear``/``nn.Conv2d`` (``out^2 + (in k^2 + 1)^2``).
+    Twice the entries the structure stores (:meth:`~ella.marglik.hessians.Hessian.entries`):
+    ``full``: ``2 p^2``; ``diag``: ``2 p``; ``kron``: twice the two factors of every
+    ``nn.Linear``/``nn.Conv2d`` (``out^2 + (in k^2 + 1)^2``).
     """
     structure = HessianStructure.parse(structure, "Hessian structure")
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return 0
-    size = params[0].element_size()
     p = sum(t.numel() for t in params)
-    if structure == HessianStructure.FULL:
-        return 2 * p * p * size
-    if structure == HessianStructure.DIAG:
-        return 2 * p * size
-    entries = 0
-    for m in model.modules():
-        if isinstance(m, SUPPORTED_MODULES) and m.weight.requires_grad:
-            out_features = m.weight.shape[0]
-            fan_in = m.weight[0].numel() + (m.bias is not None)
-            entries += out_features**2 + fan_in**2
-    return 2 * entries * size
+    return 2 * HESSIANS[structure].entries(model, p) * params[0].element_size()
 
 
 def check_memory(model: nn.Module, structure: HessianStructure | str) -> None:

@@ -28,7 +28,7 @@ from ella.marglik.laplace_internals import (
     kron_factors,
     sum_factors,
 )
-from ella.marglik.support import UnsupportedModuleError, check_supported
+from ella.marglik.support import SUPPORTED_MODULES, UnsupportedModuleError, check_supported
 
 __all__ = ["HESSIANS", "DenseHessian", "DiagonalHessian", "Hessian", "KronHessian"]
 
@@ -49,6 +49,11 @@ class Hessian:
         unless this structure is :attr:`factored`."""
         if not self.factored:
             raise ConfigError(what)
+
+    def entries(self, model: torch.nn.Module, parameters: int) -> int:
+        """How many numbers the structure stores for ``model``, of ``parameters`` trainable
+        parameters (before the eigendecomposition's copy): the memory estimate's count."""
+        raise NotImplementedError
 
     def check_model(self, network: torch.nn.Module) -> None:
         """Refuse, before any work, a network whose modules this structure cannot take."""
@@ -88,6 +93,10 @@ class DenseHessian(Hessian):
     structure = HessianStructure.FULL
     laplace_class = FullLaplace
 
+    def entries(self, model: torch.nn.Module, parameters: int) -> int:
+        """``p^2``."""
+        return parameters * parameters
+
     def _block_eigenvalues(self, hessian: torch.Tensor, start: int, n: int) -> torch.Tensor:
         return torch.linalg.eigvalsh(hessian[start : start + n, start : start + n])
 
@@ -97,6 +106,10 @@ class DiagonalHessian(Hessian):
 
     structure = HessianStructure.DIAG
     laplace_class = DiagLaplace
+
+    def entries(self, model: torch.nn.Module, parameters: int) -> int:
+        """``p``."""
+        return parameters
 
     def _block_eigenvalues(self, hessian: torch.Tensor, start: int, n: int) -> torch.Tensor:
         return hessian[start : start + n]
@@ -110,6 +123,15 @@ class KronHessian(Hessian):
     structure = HessianStructure.KRON
     laplace_class = KronLaplace
     factored = True
+
+    def entries(self, model: torch.nn.Module, parameters: int) -> int:
+        """The two factors of every ``nn.Linear``/``nn.Conv2d``: ``out^2 + (in k^2 + 1)^2``."""
+        entries = 0
+        for m in model.modules():
+            if isinstance(m, SUPPORTED_MODULES) and m.weight.requires_grad:
+                fan_in = m.weight[0].numel() + (m.bias is not None)
+                entries += m.weight.shape[0] ** 2 + fan_in**2
+        return entries
 
     def check_model(self, network: torch.nn.Module) -> None:
         """Refuse a module no Kronecker block covers (:func:`check_supported`)."""

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ella.choices import HessianStructure
 from ella.errors import ConfigError
 from ella.marglik import LaplaceEvidence, PriorStructure
+from ella.marglik.backends import hessian_bytes
 from ella.marglik.hessians import HESSIANS
 from tests.cases import STRUCTURES
 
@@ -55,3 +56,16 @@ def test_a_subset_evidence_needs_the_kronecker_factors(structure):
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.randint(2, (8,))), batch_size=4)
     with pytest.raises(ConfigError, match=r"subset evidence \(n_data\) needs structure='kron'"):
         evidence.fit(data, n_data=80)
+
+
+def test_the_memory_estimate_counts_what_each_structure_stores():
+    """Twice (with the decomposition's copy) the entries: p^2, p, and per layer the two
+    Kronecker factors out^2 and (fan-in + bias)^2, in float32's 4 bytes."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Conv2d(4, 2, 3, bias=False))
+    p = 3 * 4 + 4 + 4 * 2 * 9
+    assert hessian_bytes(model, "full") == 2 * p * p * 4
+    assert hessian_bytes(model, "diag") == 2 * p * 4
+    assert hessian_bytes(model, "kron") == 2 * (4**2 + 4**2 + 2**2 + 36**2) * 4
+    assert hessian_bytes(model.double(), "diag") == 2 * p * 8
+    model.requires_grad_(False)
+    assert hessian_bytes(model, "full") == 0
