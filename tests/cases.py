@@ -2,7 +2,8 @@
 
 The kinds of path come from the registry (:data:`ella.nn.kinds.PATH_KINDS`), so a kind
 that joins it is covered with no edit here; the evidence backends, Hessian structures
-and layer groups come from their choices (:mod:`ella.choices`). On them: the paths of
+and layer groups come from their choices (:mod:`ella.choices`), a selection's searches and
+criteria from their registries (:mod:`ella.selection`). On them: the paths of
 each kind (:data:`PATH_CASES`), the networks whose native evidence is checked against
 the stock backends (:data:`NETWORKS`) and the fitted evidences of the fast Kronecker
 evidence (:data:`EVIDENCE`). ``tests/conftest.py`` serves them as fixtures.
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ella import selection
 from ella.choices import Backend, HessianStructure, LayerGroup
 from ella.groups import get_group
 from ella.marglik import LaplaceEvidence, PriorStructure
@@ -39,6 +41,10 @@ STRUCTURES: tuple[str, ...] = HessianStructure.values()
 GROUPS: tuple[str, ...] = LayerGroup.values()
 #: the groups with more than the identity: those a symmetry test can fail on
 NONTRIVIAL_GROUPS: tuple[str, ...] = tuple(g for g in GROUPS if get_group(g).order > 1)
+#: every registered search of a selection (:data:`ella.selection.SEARCHES`)
+SEARCHES: tuple[str, ...] = tuple(selection.SEARCHES)
+#: every registered criterion a selection scores by (:data:`ella.selection.CRITERIA`)
+SELECTION_CRITERIA: tuple[str, ...] = tuple(selection.CRITERIA)
 
 # ---------------------------------------------------------------- paths
 #: variants of a kind beyond its defaults: id -> (kind, keyword arguments of its class)

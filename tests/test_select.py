@@ -20,7 +20,7 @@ from ella.rundir import (
     holds_run,
 )
 from ella.train import TrainConfig
-from tests.selection.fakes import SELECTION_EVIDENCE, fake_train_on, write_config
+from tests.selection.fakes import NULL, SELECTION_EVIDENCE, fake_train_on, write_config
 
 
 @pytest.mark.parametrize(
@@ -87,10 +87,6 @@ def test_format_path_drops_says_when_every_path_is_kept():
     ]
     text = selection.format_path_drops({"epochs": 2, "rows": rows})
     assert text.endswith("the evidence keeps every path")
-
-
-#: the class-frequency model of the fake runs
-NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from ella.marglik.native import NativeGGN
 from ella.marglik.per_channel import PerChannelFCPath, PerChannelView
 from ella.models import mixer
 from ella.nn import GroupPool, Lift, RelaxedLayer
-from tests.cases import NETWORKS, NoHead
+from tests.cases import NETWORKS, NONTRIVIAL_GROUPS, NoHead
 from tests.marglik.problems import (
     assert_same_evidence,
     blr_log_evidence,
@@ -342,7 +342,7 @@ def test_stratified_ggn_is_unbiased_and_needs_the_native_backend(float64):
         LaplaceEvidence(model, prior, likelihood="regression", ggn="stratified")
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_lifted_copies_pixel_factors_are_permutations_of_the_first(float64, group, monkeypatch):
     """The first layer's FC path gets the lifted images: copy h's pixel factor is summed
     as copy 0's with pixels permuted, and its eigenvalues are copy 0's, decomposed once

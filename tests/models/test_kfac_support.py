@@ -12,10 +12,11 @@ from ella.marglik import PerChannelView
 from ella.marglik.laplace_internals import kron_factors
 from ella.models import mixer
 from ella.nn import per_module_calls
+from tests.cases import NONTRIVIAL_GROUPS
 
 
 @pytest.mark.parametrize("gconv_mode", ["full", "shared"])
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_kron_laplace_backends_agree(float64, gconv_mode, group):
     net = mixer(1, 3, 6, group=group, width=1, blocks=((1, 1), (2, 2)), gconv_mode=gconv_mode)
     model = PerChannelView(net).network

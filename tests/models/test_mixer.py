@@ -5,6 +5,7 @@ import torch
 
 from ella.models import mixer
 from ella.testing import assert_equivariant, equivariance_errors
+from tests.cases import NONTRIVIAL_GROUPS
 
 PATH_COMBOS = [
     combo for r in (1, 2, 3) for combo in itertools.combinations(("fc", "conv", "gconv"), r)
@@ -31,7 +32,7 @@ def test_layer_plan():
     assert mixer(1, 10, 28).layers["layer8"].out_size == (7, 7)
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("shape", [(1, 28), (3, 32)], ids=["1x28", "3x32"])
 def test_gconv_only_mixer_is_invariant(group, shape):
     channels, size = shape
@@ -41,7 +42,7 @@ def test_gconv_only_mixer_is_invariant(group, shape):
     assert model.invariance_error(x) < 1e-4
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_instance_normalised_gconv_only_mixer_is_invariant(group):
     model = mixer(1, 10, 28, group=group, paths=("gconv",), width=1, norm="instance")
     assert all(layer.norm == "instance" for layer in model.layers.values())
@@ -106,7 +107,7 @@ def test_standardise_head_centres_and_scales_the_features_entering_the_head():
         assert model(x).std(dim=0).mean() > 2 * before.std(dim=0).mean()
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_pool_none_gives_the_head_every_copy_so_the_logits_can_break_the_symmetry(group):
     order = {"C4": 4, "D4": 8}[group]
     model = mixer(1, 10, 28, group=group, paths=("gconv",), width=1, pool="none")

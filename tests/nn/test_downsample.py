@@ -7,6 +7,7 @@ from ella.groups import CircularTranslations, get_group
 from ella.nn import RelaxedLayer, polyphase_downsample
 from ella.nn.downsample import downsample, max_downsample
 from ella.testing import assert_equivariant
+from tests.cases import NONTRIVIAL_GROUPS
 
 
 def test_shape():
@@ -31,7 +32,7 @@ def test_picks_the_component_with_largest_magnitude():
     assert out[0].abs().max() == 5.0 and out[1].abs().max() == 3.0
 
 
-@pytest.mark.parametrize("name", ["C4", "D4"])
+@pytest.mark.parametrize("name", NONTRIVIAL_GROUPS)
 def test_equivariant_to_permuting_the_group_axis(name):
     group = get_group(name)
     z = torch.randn(5, group.order, 3, 8, 8)
@@ -81,7 +82,7 @@ def test_max_downsampling_without_a_backward_gives_max_poolings_values():
     assert out.grad_fn is not None and torch.equal(out.detach(), pooled)
 
 
-@pytest.mark.parametrize("name", ["C4", "D4"])
+@pytest.mark.parametrize("name", NONTRIVIAL_GROUPS)
 def test_max_downsampling_commutes_with_the_group_on_lifted_tensors(name):
     """Rotations and flips of an even grid map its 2x2 blocks onto 2x2 blocks."""
     group = get_group(name)
@@ -89,7 +90,7 @@ def test_max_downsampling_commutes_with_the_group_on_lifted_tensors(name):
     assert_equivariant(max_downsample, group, z, in_action="lifted", out_action="lifted")
 
 
-@pytest.mark.parametrize("name", ["C4", "D4"])
+@pytest.mark.parametrize("name", NONTRIVIAL_GROUPS)
 def test_a_gconv_layer_with_max_downsampling_stays_exactly_equivariant(name):
     layer = RelaxedLayer(2, 3, 8, name, paths=("gconv",), stride=2, downsample="max")
     assert layer.out_size == (4, 4)

@@ -4,9 +4,10 @@ import torch
 from ella.groups import get_group
 from ella.nn import GroupPool, Lift
 from ella.testing import assert_equivariant
+from tests.cases import GROUPS, NONTRIVIAL_GROUPS
 
 
-@pytest.mark.parametrize("name", ["trivial", "C4", "D4"])
+@pytest.mark.parametrize("name", GROUPS)
 def test_lift_shape_and_content(name):
     group = get_group(name)
     x = torch.randn(2, 3, 6, 6)
@@ -16,7 +17,7 @@ def test_lift_shape_and_content(name):
         assert torch.equal(z[:, g], group.act_on_image(g, x))
 
 
-@pytest.mark.parametrize("name", ["C4", "D4"])
+@pytest.mark.parametrize("name", NONTRIVIAL_GROUPS)
 def test_lift_turns_image_action_into_permutation(name):
     assert_equivariant(Lift(name), name, torch.randn(2, 3, 6, 6), out_action="lifted", atol=0)
 

@@ -4,6 +4,7 @@ import torch
 from ella.nn import ConvPath, FCPath, GConvPath, RelaxedLayer
 from ella.nn.relaxed import instance_normalise
 from ella.testing import assert_equivariant
+from tests.cases import GROUPS, NONTRIVIAL_GROUPS
 from tests.nn.module_calls import assert_same_as_module_calls, aten_ops
 
 
@@ -27,7 +28,7 @@ def test_output_is_relu_of_scaled_path_sum():
     assert layer(z).shape == (2, 4, 3, 4, 4)
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("stride", [1, 2])
 def test_gconv_only_layer_is_equivariant(group, stride):
     layer = RelaxedLayer(2, 3, 8, group=group, paths=("gconv",), stride=stride)
@@ -70,7 +71,7 @@ def test_instance_norm_standardises_each_example_and_channel_before_the_relu():
     torch.testing.assert_close(layer(z[:1]), out[:1])
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 @pytest.mark.parametrize("stride", [1, 2])
 def test_instance_norm_keeps_the_gconv_layer_equivariant(group, stride):
     layer = RelaxedLayer(2, 3, 8, group=group, paths=("gconv",), stride=stride, norm="instance")
@@ -87,7 +88,7 @@ def test_instance_norm_refuses_a_single_value_per_channel():
 
 
 # ---------------------------------------------------------------- one convolution
-@pytest.mark.parametrize("group", ["trivial", "C4", "D4"])
+@pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("stride, downsample", [(1, "polyphase"), (2, "polyphase"), (2, "max")])
 @pytest.mark.parametrize(
     "paths, gconv_mode",
@@ -153,7 +154,7 @@ def test_a_path_started_at_zero_outputs_zero_and_gets_a_gradient(path):
     assert all(p.abs().max() > 0 for p in path.parameters() if id(p) not in zeroed)
 
 
-@pytest.mark.parametrize("group", ["C4", "D4"])
+@pytest.mark.parametrize("group", NONTRIVIAL_GROUPS)
 def test_a_layer_whose_fc_path_starts_at_zero_is_its_convolutions(group):
     """With the FC path at zero and instance norm (which removes the 1/sqrt(P) scale), the
     mixed layer computes exactly the CONV+GCONV layer with the same filters, so it starts

@@ -24,6 +24,9 @@ def write_config(directory, finished=True, **values):
     return directory
 
 
+#: the class-frequency model of the fake runs (they have no data)
+NULL = {"log_likelihood": -1000.0, "log_evidence": -1010.0}
+
 #: the log evidence a fake candidate gets, by the paths it has at zero
 SELECTION_EVIDENCE = {
     (): -100.0,
@@ -38,7 +41,8 @@ SELECTION_EVIDENCE = {
 def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelihood=None):
     """A :func:`ella.selection.train_on` that records ``(dropped, start weight)`` per call and
     returns the weight it ends with, a number unique to the call; the training log
-    likelihood is ``likelihood[dropped]``, else -10."""
+    likelihood is ``likelihood[dropped]``, else -10; a ``criterion``'s field is the
+    evidence."""
 
     def train_on(
         run_dir, dropped, epochs, data_dir=None, progress=False, start=None, units=None,
@@ -57,6 +61,8 @@ def fake_train_on(calls, interrupt_at=None, evidence=SELECTION_EVIDENCE, likelih
             "log_likelihood": (likelihood or {}).get(tuple(sorted(dropped)), -10.0),
             "shares": {p: 100.0 / len(kept) for p in kept},
         }
+        if criterion is not None:  # the field it decides by, ordered as the evidence
+            row.setdefault(selection.CRITERIA[criterion].key, row["log_evidence"])
         end = {"model": {"w": torch.tensor(float(len(calls)))}, "log_prior": torch.zeros(3)}
         return row, end
 
