@@ -3,7 +3,7 @@
 #
 #   ./run.sh train [ARGS]   the main job (ella train on the embedded MNIST subset)
 #   ./run.sh demo           a tour of the layers (parameter counts, speed, invariance)
-#   ./run.sh test [ARGS]    the whole test suite (fast and slow tests)
+#   ./run.sh test [ARGS]    the whole test suite (fast and slow tests), one worker per core
 #   ./run.sh setup          only create/update the virtual environment .venv
 #
 # Set-up is idempotent: .venv is (re)built only when pyproject.toml or
@@ -19,6 +19,9 @@ case "$job" in
   setup) ;;
   train) exec .venv/bin/ella train "$@" ;;
   demo) exec .venv/bin/ella demo "$@" ;;
-  test) exec "$py" -m pytest -m "slow or not slow" "$@" ;;
+  # one pytest worker per core this process may use (ELLA_TEST_WORKERS=N chooses; 0: none)
+  test)
+    workers=${ELLA_TEST_WORKERS:-$("$py" -c "from ella.runtime.system import available_cpus as n; print(n())")}
+    exec "$py" -m pytest -m "slow or not slow" -n "$workers" --dist worksteal "$@" ;;
   *) echo "usage: ./run.sh {train|demo|test|setup} [ARGS]" >&2; exit 2 ;;
 esac

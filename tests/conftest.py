@@ -1,3 +1,4 @@
+import os
 import shutil
 from pathlib import Path
 
@@ -5,6 +6,16 @@ import pytest
 import torch
 
 from tests import cases
+
+
+def pytest_configure(config):
+    """A worker of ``pytest -n N`` (pytest-xdist; ``./run.sh test`` starts one per core)
+    runs on one thread, and so do the processes its tests start (``OMP_NUM_THREADS``, which
+    :func:`ella.runtime.system.chosen_threads` reads): N workers of one thread share N
+    cores, where N of the cores' count each would wait on one another's threads."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
