@@ -10,11 +10,15 @@ from tests import cases
 
 def pytest_configure(config):
     """A worker of ``pytest -n N`` (pytest-xdist; ``./run.sh test`` starts one per core)
-    runs on one thread, and so do the processes its tests start (``OMP_NUM_THREADS``, which
-    :func:`ella.runtime.system.chosen_threads` reads): N workers of one thread share N
-    cores, where N of the cores' count each would wait on one another's threads."""
+    runs on one thread, and so do the processes its tests start: N workers of one thread
+    share N cores, where N of the cores' count each would wait on one another's threads.
+    ``ELLA_THREADS`` is ella's own choice (:func:`ella.runtime.system.chosen_threads`), the
+    one the stored references were made with; ``MKL_NUM_THREADS`` sets torch's count in a
+    process that does not choose one (a notebook's kernel). ``OMP_NUM_THREADS`` stays unset:
+    it would also route large eigenvalue problems to scipy
+    (:func:`ella.marglik.linalg.scipy_blas_threads_match`), away from the references."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ["ELLA_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
 
 
