@@ -38,6 +38,15 @@ def float64():
 
 
 @pytest.fixture(scope="session")
+def session_folder(tmp_path_factory) -> Path:
+    """A folder every worker of this test session shares (pytest-xdist gives each worker a
+    base folder of its own, side by side): where :func:`tests.session_once.computed_once`
+    keeps what one worker computes for all."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """A finished tiny run of ``ella train`` (``tests.cli_runs.TINY``), made once per
     session; tests that change it take :func:`run`, a private copy."""

@@ -131,14 +131,21 @@ def test_not_launched_without_torchrun(monkeypatch):
 
 # ---------------------------------------------------------------- two processes
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> tuple[Path, Path]:
+def launched(session_folder) -> tuple[Path, Path]:
     """The evidence, fit and ensembles works of ``tests/distributed_workers.py`` in one
     process and in one torchrun launch of two (``every``: a launch costs the suite about
-    15 s); the directories of the one and of the two."""
-    where = tmp_path_factory.mktemp("distributed")
-    one, two = where / "one", where / "two"
-    run_alone_and_torchrun("tests/distributed_workers.py", "every", one=[str(one)], two=[str(two)])
-    return one, two
+    15 s), once in the session; the directories of the one and of the two."""
+    from tests.session_once import computed_once
+
+    one, two = session_folder / "distributed" / "one", session_folder / "distributed" / "two"
+
+    def launch() -> list[str]:
+        run_alone_and_torchrun(
+            "tests/distributed_workers.py", "every", one=[str(one)], two=[str(two)]
+        )
+        return [str(one), str(two)]
+
+    return tuple(Path(p) for p in computed_once(session_folder, "distributed", launch))
 
 
 @pytest.mark.slow

@@ -94,18 +94,25 @@ def ella(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def selected_run(tmp_path_factory) -> Path:
-    """A finished learned mixer with a finished selection, its drops and an export."""
-    run = tmp_path_factory.mktemp("schemas") / "run"
-    for argv in (
-        ["train", "--out", str(run), *MIXER],
-        ["select", str(run), "--epochs", "1", "--no-progress"],
-        ["select", str(run), "--epochs", "1", "--drop-only", "--no-progress"],
-        ["export", str(run), "--threshold", "0.5"],
-    ):
-        code, _, err = ella(argv)
-        assert code == 0, err
-    return run
+def selected_run(session_folder) -> Path:
+    """A finished learned mixer with a finished selection, its drops and an export, made
+    once in the session (tests copy it before they change it)."""
+    from tests.session_once import computed_once
+
+    run = session_folder / "schemas" / "run"
+
+    def make() -> str:
+        for argv in (
+            ["train", "--out", str(run), *MIXER],
+            ["select", str(run), "--epochs", "1", "--no-progress"],
+            ["select", str(run), "--epochs", "1", "--drop-only", "--no-progress"],
+            ["export", str(run), "--threshold", "0.5"],
+        ):
+            code, _, err = ella(argv)
+            assert code == 0, err
+        return str(run)
+
+    return Path(computed_once(session_folder, "schemas-run", make))
 
 
 def _json_kind(value) -> str:

@@ -16,6 +16,7 @@ library and torch (so an old commit's ``ella`` can write it)::
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import os
@@ -108,13 +109,26 @@ def run_case(options: dict) -> dict:
 _RUNS: dict[str, dict] = {}
 
 
-def cached_run(options: dict, batch: list[dict]) -> dict:
+def cached_run(options: dict, batch: list[dict], folder: Path | None = None) -> dict:
     """The run of ``options``, training it with the rest of ``batch`` (:func:`run_cases`)
-    the first time any of them is asked for."""
+    the first time any of them is asked for; with ``folder`` (a session's shared folder),
+    once in the session, whichever worker asks first
+    (:func:`tests.session_once.computed_once`)."""
     key = json.dumps(options, sort_keys=True)
     if key not in _RUNS:
         missing = [o for o in batch if json.dumps(o, sort_keys=True) not in _RUNS]
-        for o, run in zip(missing, run_cases(missing), strict=True):
+
+        def train_missing() -> list[dict]:
+            return run_cases(missing)
+
+        if folder is None:
+            runs = train_missing()
+        else:
+            from tests.session_once import computed_once
+
+            name = hashlib.sha256(json.dumps(missing, sort_keys=True).encode()).hexdigest()
+            runs = computed_once(folder, f"runs-{name[:16]}", train_missing)
+        for o, run in zip(missing, runs, strict=True):
             _RUNS[json.dumps(o, sort_keys=True)] = run
     return _RUNS[key]
 
@@ -160,16 +174,18 @@ def assert_close(actual, expected, where: str = "") -> None:
 
 
 def assert_reproduces(
-    reference: Path, name: str, options: dict, run_options: dict, batch: list[dict]
-) -> None:
+    reference: Path, name: str, options: dict, run_options: dict, batch: list[dict],
+    folder: Path | None = None,
+) -> None:  # fmt: skip
     """Run case ``name`` of the stored ``reference`` file (whose options must be
-    ``options``) with ``run_options`` (trained with the rest of ``batch``,
-    :func:`cached_run`) and compare (:func:`assert_close`); the metric rows may only have
-    gained keys, and the reference's keys must all be there."""
+    ``options``) with ``run_options`` (trained with the rest of ``batch``, once in the
+    session where ``folder`` is its shared folder: :func:`cached_run`) and compare
+    (:func:`assert_close`); the metric rows may only have gained keys, and the reference's
+    keys must all be there."""
     case = json.loads(reference.read_text())["cases"][name]
     assert case["options"] == options
     expected = {k: case[k] for k in ("metrics", "results")}
-    actual = copy.deepcopy(cached_run(run_options, batch))
+    actual = copy.deepcopy(cached_run(run_options, batch, folder))
     for row, ref_row in zip(actual["metrics"], expected["metrics"], strict=True):
         for key in set(row) - set(ref_row):
             del row[key]

@@ -36,8 +36,9 @@ CASES: dict[str, dict] = {kind: {**BASE, "augment": kind} for kind in ("c4", "ro
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_augmented_results_equal_the_stored_reference(name):
-    assert_reproduces(REFERENCE, name, CASES[name], CASES[name], [CASES[n] for n in sorted(CASES)])
+def test_augmented_results_equal_the_stored_reference(name, session_folder):
+    batch = [CASES[n] for n in sorted(CASES)]
+    assert_reproduces(REFERENCE, name, CASES[name], CASES[name], batch, session_folder)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

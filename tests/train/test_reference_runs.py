@@ -35,6 +35,8 @@ from tests.train.reference_runs import CASES, PINNED, REFERENCE, assert_reproduc
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_train_results_equal_the_stored_reference(name):
+def test_train_results_equal_the_stored_reference(name, session_folder):
     batch = [{**PINNED, **CASES[n]} for n in sorted(CASES)]
-    assert_reproduces(REFERENCE, name, CASES[name], {**PINNED, **CASES[name]}, batch)
+    assert_reproduces(
+        REFERENCE, name, CASES[name], {**PINNED, **CASES[name]}, batch, session_folder
+    )
