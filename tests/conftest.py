@@ -47,15 +47,21 @@ def session_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory) -> Path:
+def finished_run(session_folder) -> Path:
     """A finished tiny run of ``ella train`` (``tests.cli_runs.TINY``), made once per
-    session; tests that change it take :func:`run`, a private copy."""
+    session (:func:`tests.session_once.computed_once`); tests that change it take
+    :func:`run`, a private copy."""
     from ella.cli import main
     from tests.cli_runs import TINY
+    from tests.session_once import computed_once
 
-    out = tmp_path_factory.mktemp("runs") / "run"
-    assert main(["train", "--out", str(out), *TINY]) == 0
-    return out
+    out = session_folder / "runs" / "run"
+
+    def make() -> str:
+        assert main(["train", "--out", str(out), *TINY]) == 0
+        return str(out)
+
+    return Path(computed_once(session_folder, "finished-run", make))
 
 
 @pytest.fixture
