@@ -49,19 +49,16 @@ def session_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def finished_run(session_folder) -> Path:
     """A finished tiny run of ``ella train`` (``tests.cli_runs.TINY``), made once per
-    session (:func:`tests.session_once.computed_once`); tests that change it take
+    session (:func:`tests.session_once.made_once`); tests that change it take
     :func:`run`, a private copy."""
     from ella.cli import main
     from tests.cli_runs import TINY
-    from tests.session_once import computed_once
+    from tests.session_once import made_once
 
-    out = session_folder / "runs" / "run"
+    def make(where: Path) -> None:
+        assert main(["train", "--out", str(where / "run"), *TINY]) == 0
 
-    def make() -> str:
-        assert main(["train", "--out", str(out), *TINY]) == 0
-        return str(out)
-
-    return Path(computed_once(session_folder, "finished-run", make))
+    return made_once(session_folder, "runs", make) / "run"
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,3 +32,18 @@ def computed_once(folder: Path, name: str, compute: Callable[[], Any]) -> Any:
         part.write_text(json.dumps(value))
         os.replace(part, path)
         return value
+
+
+def made_once(folder: Path, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``folder / name``, filled by ``make(it)`` in one process of the session
+    (:func:`computed_once`); a folder left by a ``make`` that raised is removed before the
+    next one tries again."""
+    where = folder / name
+
+    def fill() -> str:
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+        make(where)
+        return str(where)
+
+    return Path(computed_once(folder, name, fill))

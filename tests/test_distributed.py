@@ -135,17 +135,14 @@ def launched(session_folder) -> tuple[Path, Path]:
     """The evidence, fit and ensembles works of ``tests/distributed_workers.py`` in one
     process and in one torchrun launch of two (``every``: a launch costs the suite about
     15 s), once in the session; the directories of the one and of the two."""
-    from tests.session_once import computed_once
+    from tests.session_once import made_once
 
-    one, two = session_folder / "distributed" / "one", session_folder / "distributed" / "two"
+    def launch(where: Path) -> None:
+        one, two = str(where / "one"), str(where / "two")
+        run_alone_and_torchrun("tests/distributed_workers.py", "every", one=[one], two=[two])
 
-    def launch() -> list[str]:
-        run_alone_and_torchrun(
-            "tests/distributed_workers.py", "every", one=[str(one)], two=[str(two)]
-        )
-        return [str(one), str(two)]
-
-    return tuple(Path(p) for p in computed_once(session_folder, "distributed", launch))
+    where = made_once(session_folder, "distributed", launch)
+    return where / "one", where / "two"
 
 
 @pytest.mark.slow

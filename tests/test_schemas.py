@@ -97,11 +97,10 @@ def ella(argv: list[str]) -> tuple[int, str, str]:
 def selected_run(session_folder) -> Path:
     """A finished learned mixer with a finished selection, its drops and an export, made
     once in the session (tests copy it before they change it)."""
-    from tests.session_once import computed_once
+    from tests.session_once import made_once
 
-    run = session_folder / "schemas" / "run"
-
-    def make() -> str:
+    def make(where: Path) -> None:
+        run = where / "run"
         for argv in (
             ["train", "--out", str(run), *MIXER],
             ["select", str(run), "--epochs", "1", "--no-progress"],
@@ -110,9 +109,8 @@ def selected_run(session_folder) -> Path:
         ):
             code, _, err = ella(argv)
             assert code == 0, err
-        return str(run)
 
-    return Path(computed_once(session_folder, "schemas-run", make))
+    return made_once(session_folder, "schemas", make) / "run"
 
 
 def _json_kind(value) -> str:

@@ -117,17 +117,13 @@ def cached_run(options: dict, batch: list[dict], folder: Path | None = None) -> 
     key = json.dumps(options, sort_keys=True)
     if key not in _RUNS:
         missing = [o for o in batch if json.dumps(o, sort_keys=True) not in _RUNS]
-
-        def train_missing() -> list[dict]:
-            return run_cases(missing)
-
         if folder is None:
-            runs = train_missing()
+            runs = run_cases(missing)
         else:
             from tests.session_once import computed_once
 
             name = hashlib.sha256(json.dumps(missing, sort_keys=True).encode()).hexdigest()
-            runs = computed_once(folder, f"runs-{name[:16]}", train_missing)
+            runs = computed_once(folder, f"runs-{name[:16]}", lambda: run_cases(missing))
         for o, run in zip(missing, runs, strict=True):
             _RUNS[json.dumps(o, sort_keys=True)] = run
     return _RUNS[key]
