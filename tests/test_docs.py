@@ -10,8 +10,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import hashlib
 import io
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -71,9 +74,22 @@ def test_a_printout_is_compared_by_words_and_numbers_within_tolerance():
     assert not same_printout("test accuracy 77.9%\nkeeps GCONV", "test accuracy 77.9%\nkeeps CONV")
 
 
-#: what a block that says its printout printed, by its text: a page that repeats the
-#: README's quickstart runs it once
-_PRINTED_BY: dict[str, str] = {}
+def printout(code, namespace: dict) -> str:
+    """What ``code`` prints, run in ``namespace``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, namespace)
+    return out.getvalue()
+
+
+def printed_once(folder: Path, block: str, run: Callable[[], str]) -> str:
+    """What ``block`` printed, ``run()`` once in the session
+    (:func:`tests.session_once.computed_once`): a page that repeats the README's quickstart
+    reads its printout, in whichever pytest worker it runs."""
+    from tests.session_once import computed_once
+
+    digest = hashlib.sha256(block.encode()).hexdigest()[:16]
+    return computed_once(folder, f"printed-{digest}", run)
 
 
 def test_the_guide_has_its_pages():
@@ -85,7 +101,7 @@ def test_the_guide_has_its_pages():
 @pytest.mark.parametrize(
     "page", [p for p in EXAMPLE_PAGES if p.is_file()], ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
+def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch, session_folder):
     blocks = python_blocks(page)
     if not blocks:
         pytest.skip(f"{page.name} has no Python example")
@@ -98,13 +114,9 @@ def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
         if block not in says:
             exec(code, namespace)
             continue
-        if block not in _PRINTED_BY:
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(code, namespace)
-            _PRINTED_BY[block] = out.getvalue()
-        assert same_printout(_PRINTED_BY[block], says[block]), (
-            f"{page.relative_to(ROOT)}, Python block {number} printed\n{_PRINTED_BY[block]}"
+        printed = printed_once(session_folder, block, partial(printout, code, namespace))
+        assert same_printout(printed, says[block]), (
+            f"{page.relative_to(ROOT)}, Python block {number} printed\n{printed}"
             f"where the page says\n{says[block]}"
         )
 
